@@ -22,6 +22,7 @@ Counter: ``metrics.cpp_outer_loop_retiled``.  Decisions are logged under
 from __future__ import annotations
 
 import functools
+import math
 from typing import TYPE_CHECKING
 
 import sympy
@@ -29,8 +30,10 @@ import sympy
 import torch
 
 from .. import metrics
+from ..utils import parallel_num_threads
 from ..virtualized import V
 from .cpp import CppVecKernel, TilingSelect
+
 
 
 if TYPE_CHECKING:
@@ -75,31 +78,54 @@ def _num_levels(var_sizes_list) -> int:
     return len(group) + len(reduction_group)
 
 
-def _has_tiled_outer_level(proxy: CppKernelProxy, depth: int) -> bool:
+def _outer_levels(proxy: CppKernelProxy, depth: int):
     loops = proxy.loop_nest.loops if proxy.loop_nest else None
-    return bool(loops) and any(loop.steps != 1 for loop in loops[:depth])
+    return list(loops[:depth]) if loops and len(loops) >= depth else None
+
+
+def _same_outer_loops(proxies: Sequence[CppKernelProxy], depth: int, attrs) -> bool:
+    """Whether all kernels agree on ``attrs`` of every level above ``depth``."""
+    levels = [_outer_levels(p, depth) for p in proxies]
+    if any(lv is None for lv in levels):
+        return False
+    first = levels[0]
+    return all(
+        getattr(a, attr) == getattr(b, attr)
+        for other in levels[1:]
+        for a, b in zip(first, other)
+        for attr in attrs
+    )
 
 
 def _is_vectorized(proxy: CppKernelProxy) -> bool:
     return any(isinstance(kernel, CppVecKernel) for kernel in proxy.kernels)
 
 
+def _hint(size) -> int:
+    return V.graph.sizevars.optimization_hint(
+        sympy.sympify(size), fallback=_UNKNOWN_SIZE_HINT
+    )
+
+
 def _iterations(proxy: CppKernelProxy) -> int:
     """Number of scalar iterations of the kernel's loop body (its work)."""
-    total = 1
-    for size in proxy.call_ranges or ():
-        total *= V.graph.sizevars.optimization_hint(
-            sympy.sympify(size), fallback=_UNKNOWN_SIZE_HINT
-        )
-    return total
+    return math.prod(_hint(size) for size in proxy.call_ranges or ())
 
 
 class OuterLoopRetile:
-    """One re-tiling attempt for a node whose stock outer-loop fusion failed."""
+    """One re-tiling attempt for a node whose stock outer-loop fusion failed.
+
+    It replaces stock's acceptance test (``check_outer_fusion_loop_level_attr``)
+    for the attempt with three checks: the outer levels agree, the fused outer
+    loop still feeds every thread, and little vectorized work turns scalar.
+    """
 
     # Vector lanes of the widest float ISA we target; scalar work that replaces
     # vector work costs roughly this much more per element.
     VECTOR_LANES = 16
+    # The fused outer loop is what ``omp for`` splits; more iterations than
+    # this many per thread balance well enough whatever the remainder.
+    BALANCED_ITERATIONS_PER_THREAD = 8
 
     def __init__(self, node: OuterLoopFusedSchedulerNode, vectorized_before):
         self.node = node
@@ -114,12 +140,8 @@ class OuterLoopRetile:
         depth = node.outer_loop_fusion_depth
         if len(proxies) != len(node.get_outer_nodes()):
             return None  # stock attempt did not reach the loop-level check
-        if not any(_has_tiled_outer_level(p, depth) for p in proxies):
-            fusion_log.debug(
-                "outer-loop retile: %s not attempted, the outer levels differ "
-                "in more than vector tiling",
-                node.get_name(),
-            )
+        if not _same_outer_loops(proxies, depth, ("var", "size", "offset")):
+            _log(node, "not attempted: outer loop ranges differ")
             return None
         return cls(node, [_is_vectorized(p) for p in proxies])
 
@@ -130,13 +152,43 @@ class OuterLoopRetile:
         )
 
     def accepts(self, proxies: Sequence[CppKernelProxy]) -> bool:
+        """Decide whether the re-tiled kernels are merged (else: stock fallback)."""
+        if not _same_outer_loops(proxies, self.depth, ("var", "size", "offset", "steps")):
+            _log(self.node, "rejected: outer levels still differ after re-tiling")
+            return False
+        if not self._feeds_all_threads(proxies[0]):
+            _log(self.node, "rejected: too few outer iterations for the threads")
+            return False
+        if not self._keeps_vector_work(proxies):
+            return False
+        _log(self.node, "merged with re-tiled kernels (depth %d)", self.depth)
+        metrics.cpp_outer_loop_retiled += 1
+        return True
+
+    def _feeds_all_threads(self, proxy: CppKernelProxy) -> bool:
+        """Parallelism guard.
+
+        Stock refuses outer-loop fusion when the first inner loop is 300x
+        longer than the outer loops, so that the inner loop can be
+        parallelized instead.  That matters only when the outer loop has
+        fewer iterations than there are threads to feed; we accept when every
+        thread gets the same share, or enough iterations to balance.
+        """
+        outer = math.prod(_hint(level.size) for level in _outer_levels(proxy, self.depth))
+        threads = parallel_num_threads()
+        return outer >= threads and (
+            outer % threads == 0
+            or outer >= threads * self.BALANCED_ITERATIONS_PER_THREAD
+        )
+
+    def _keeps_vector_work(self, proxies: Sequence[CppKernelProxy]) -> bool:
         """Cost guard: the merge must not lose more vector work than it is worth.
 
         A kernel that was vectorized and is now scalar costs about VECTOR_LANES
         times more per iteration.  We accept when that extra scalar work stays
         within one vectorized pass over the fused node's total work, which the
-        merge saves at least once (the outer loop and the reloads of per-row
-        results disappear).  Per-row kernels like LayerNorm's mean pass easily.
+        merge saves at least once (the per-row results are reloaded from cache
+        instead of memory).  Per-row kernels like LayerNorm's mean pass easily.
         """
         work = [_iterations(p) for p in proxies]
         lost = sum(
@@ -144,15 +196,16 @@ class OuterLoopRetile:
             for w, before, proxy in zip(work, self.vectorized_before, proxies)
             if before and not _is_vectorized(proxy)
         )
-        accepted = lost * self.VECTOR_LANES <= sum(work)
-        fusion_log.debug(
-            "outer-loop retile: %s %s (depth %d, scalarized work %d of %d)",
-            self.node.get_name(),
-            "merged" if accepted else "rejected by cost guard",
-            self.depth,
-            lost,
-            sum(work),
-        )
-        if accepted:
-            metrics.cpp_outer_loop_retiled += 1
-        return accepted
+        if lost * self.VECTOR_LANES > sum(work):
+            _log(
+                self.node,
+                "rejected by cost guard: %d of %d iterations would turn scalar",
+                lost,
+                sum(work),
+            )
+            return False
+        return True
+
+
+def _log(node: OuterLoopFusedSchedulerNode, msg: str, *args) -> None:
+    fusion_log.debug("outer-loop retile %s: " + msg, node.get_name(), *args)

@@ -1,0 +1,174 @@
+"""Split a consumer's outer loop so that it shares the outer loops of its producer.
+
+Outer-loop fusion on the C++ backend needs both nodes to start with the same
+loop ranges.  Normalizations produce chains whose ranges only agree after a
+split: GroupNorm's statistics loop over ``(N*G, C/G*H*W)`` while its affine
+output loops over ``(N*C, H*W)``.  Splitting ``N*C`` into ``(N*G, C/G)`` gives the
+output ``(N*G, C/G, H*W)``, which shares the outer ``N*G`` loop, so the whole
+normalization becomes one loop over groups.
+
+A split reindexes the consumer's iteration space into another factorization of
+the same flat index (``LoopBody.reindex_iter_loops``): the visiting order and
+therefore every memory access order stay as they were.  We only split where the
+new outer boundary falls on a multiple of the producer's outer extent, so the
+index expressions stay affine in the new loop variables.
+
+The mutation happens inside ``Scheduler.can_fuse``, whose loop-mutation tracker
+rolls it back when the fusion is rejected.
+
+Flag: ``config.cpp.outer_loop_fusion_retile`` (TORCHINDUCTOR_CPP_OUTER_LOOP_RETILE).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import sympy
+
+import torch
+
+from ..scheduler import (
+    FusedSchedulerNode,
+    refresh_group_node_dependencies,
+    SchedulerNode,
+)
+
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..scheduler import BaseSchedulerNode
+
+
+fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
+
+# A split that changes the consumer's innermost (vectorized) extent is only
+# taken when the consumer is this many times smaller than its producer: it may
+# then lose vector efficiency, but on a negligible share of the work.
+SMALL_CONSUMER_RATIO = 16
+
+
+def _static_sizes(sizes: Sequence[sympy.Expr]) -> list[int] | None:
+    if all(isinstance(s, (int, sympy.Integer)) for s in sizes):
+        return [int(s) for s in sizes]
+    return None
+
+
+def split_for_outer_extent(
+    sizes: Sequence[int], outer: Sequence[int]
+) -> list[int] | None:
+    """Refactor ``sizes`` so that it starts with ``outer``, or return None.
+
+    The split is exact when a prefix of ``sizes`` multiplies to a multiple of
+    ``prod(outer)``: that prefix becomes ``outer`` plus one remainder level and
+    the other levels are kept.  ``(2, 16), (4,)`` gives ``(4, 8)``;
+    ``(32, 1024), (4,)`` gives ``(4, 8, 1024)``.
+    """
+    target = math.prod(outer)
+    prefix = 1
+    for i, size in enumerate(sizes):
+        prefix *= size
+        if prefix % target == 0:
+            remainder = [prefix // target] if prefix != target else []
+            new_sizes = [*outer, *remainder, *sizes[i + 1 :]]
+            return None if new_sizes == list(sizes) else new_sizes
+    return None
+
+
+def _outer_sizes_of(node: BaseSchedulerNode, depth: int | None) -> list[int] | None:
+    """The outer loop ranges a consumer of ``node`` has to share."""
+    _, (iter_sizes, reduce_sizes) = node.group
+    sizes = _static_sizes(iter_sizes)
+    if not sizes or not reduce_sizes:
+        # Producers without a reduction fuse with their consumers directly.
+        return None
+    return sizes[:depth] if depth is not None else sizes
+
+
+def _leaf_nodes(node: BaseSchedulerNode) -> list[SchedulerNode] | None:
+    if not isinstance(node, (SchedulerNode, FusedSchedulerNode)):
+        return None
+    leaves = node.get_nodes()
+    if not all(isinstance(sn, SchedulerNode) for sn in leaves):
+        return None
+    return list(leaves)  # type: ignore[arg-type]
+
+
+def _worth_splitting(
+    producer: BaseSchedulerNode, old: Sequence[int], new: Sequence[int]
+) -> bool:
+    """Cost guard: keep the innermost extent unless the consumer is tiny."""
+    if old[-1] == new[-1]:
+        return True
+    _, (iter_sizes, reduce_sizes) = producer.group
+    producer_work = math.prod(_static_sizes([*iter_sizes, *reduce_sizes]) or [0])
+    return math.prod(new) * SMALL_CONSUMER_RATIO <= producer_work
+
+
+def _under_rollback_scope(leaves: Sequence[SchedulerNode]) -> bool:
+    """True inside Scheduler.can_fuse, whose tracker undoes rejected splits."""
+    return all(sn._loop_mutation_listener is not None for sn in leaves)
+
+
+def _planned_split(
+    producer: BaseSchedulerNode, consumer: BaseSchedulerNode
+) -> tuple[list[SchedulerNode], list[int], list[int]] | None:
+    """(consumer leaves, old sizes, new sizes) of a worthwhile split, or None."""
+    depth = getattr(producer, "outer_loop_fusion_depth", None)
+    outer = _outer_sizes_of(producer, depth)
+    leaves = _leaf_nodes(consumer)
+    if outer is None or leaves is None:
+        return None
+    _, (iter_sizes, reduce_sizes) = consumer.group
+    sizes = _static_sizes(iter_sizes)
+    if reduce_sizes or not sizes:
+        return None
+    if any(tuple(sn._sizes[0]) != tuple(iter_sizes) or sn._sizes[1] for sn in leaves):
+        return None  # members do not share one iteration space
+    new_sizes = split_for_outer_extent(sizes, outer)
+    if new_sizes is None or not _worth_splitting(producer, sizes, new_sizes):
+        return None
+    return leaves, sizes, new_sizes
+
+
+def _apply_split(
+    consumer: BaseSchedulerNode, leaves: Sequence[SchedulerNode], new_sizes
+) -> None:
+    for sn in leaves:
+        sn.apply_loop_reindexing([sympy.Integer(s) for s in new_sizes])
+        # CPU deps are compared in normalized form (canonical var names).
+        sn.refresh_dependencies(normalize=True, need_clear_tiling_cache=False)
+    if isinstance(consumer, FusedSchedulerNode):
+        consumer.group = leaves[0].group
+        refresh_group_node_dependencies(consumer)
+
+
+def split_for_outer_loop_fusion(
+    scheduling, producer: BaseSchedulerNode, consumer: BaseSchedulerNode
+) -> bool:
+    """Whether ``consumer`` can share ``producer``'s outer loops after a split.
+
+    Inside ``Scheduler.can_fuse`` the split is applied (and rolled back by the
+    scheduler if the fusion is rejected); elsewhere, e.g. when fusion pairs
+    are ranked, this only answers whether the split would apply.
+    """
+    from .. import config
+
+    if not config.cpp.outer_loop_fusion_retile:
+        return False
+    plan = _planned_split(producer, consumer)
+    if plan is None:
+        return False
+    leaves, sizes, new_sizes = plan
+    if not _under_rollback_scope(leaves):
+        return True
+    _apply_split(consumer, leaves, new_sizes)
+    fusion_log.debug(
+        "outer-loop split: %s reindexed %s -> %s to share the outer loops of %s",
+        consumer.get_name(),
+        sizes,
+        new_sizes,
+        producer.get_name(),
+    )
+    return scheduling._get_outer_loop_fusion_depth(producer, consumer) >= 1
