@@ -1,0 +1,91 @@
+# Inductor fusion overlay over torch 2.13.0 (CPU C++ backend).
+# Every target that needs a venv creates it; `make` alone prints the help.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+TORCH_VERSION := 2.13.0
+TEST_DEPS := numpy expecttest hypothesis pytest pytest-xdist
+VENV := .venv
+STOCK_VENV := .venv-stock
+VENV_PY := $(VENV)/bin/python
+STOCK_PY := $(STOCK_VENV)/bin/python
+# What `make test` runs: all of test/ (the tool's, flags-off == stock, and the
+# feature tests). Narrow it with e.g. TESTS=test/test_overlay_tool.py.
+TESTS ?= test/
+PYTEST_ARGS ?=
+# make build: the PyTorch v2.13.0 checkout, the jobs, and the python whose env
+# receives the editable torch.
+PYTORCH_SRC ?=
+MAX_JOBS ?= $(shell nproc)
+BUILD_PYTHON ?= python
+
+.PHONY: help install stock-venv test verify uninstall status demo build clean
+
+help:
+	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
+	@echo "make stock-venv  .venv-stock: pristine torch $(TORCH_VERSION) (reference)"
+	@echo "make test        install + stock-venv, then pytest $(TESTS)"
+	@echo "make demo        outer loop nests and timings, overlay flags off vs on"
+	@echo "make verify      check .venv's torch against the pinned upstream hashes"
+	@echo "make status      what is applied to .venv's torch"
+	@echo "make uninstall   revert .venv's torch to pristine"
+	@echo "make build PYTORCH_SRC=/path [MAX_JOBS=n]"
+	@echo "                 apply to a v$(TORCH_VERSION) checkout and build it (hours)"
+	@echo "make clean       remove the venvs and caches"
+
+# Venvs are built once (the stamp); the overlay is applied on every
+# `make install`, which is a no-op when the series did not change.
+$(VENV)/.deps-installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV_PY) -m pip install --quiet torch==$(TORCH_VERSION) $(TEST_DEPS)
+	$(VENV_PY) -m pip install --quiet --no-build-isolation -e .
+	touch $@
+
+$(STOCK_VENV)/.deps-installed:
+	$(PYTHON) -m venv $(STOCK_VENV)
+	$(STOCK_PY) -m pip install --quiet torch==$(TORCH_VERSION) $(TEST_DEPS)
+	touch $@
+
+install: $(VENV)/.deps-installed
+	$(VENV_PY) -m tools.overlay apply
+
+# tools/ is not installed in the stock venv; -m finds it from the repo root.
+stock-venv: $(STOCK_VENV)/.deps-installed
+	$(STOCK_PY) -m tools.overlay verify --pristine
+
+test: install stock-venv
+	$(VENV_PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) $(TESTS)
+
+verify: $(VENV)/.deps-installed
+	$(VENV_PY) -m tools.overlay verify
+
+status: $(VENV)/.deps-installed
+	$(VENV_PY) -m tools.overlay status
+
+uninstall: $(VENV)/.deps-installed
+	$(VENV_PY) -m tools.overlay revert
+
+demo: install
+	@if [ -f tools/demo.py ]; then $(VENV_PY) -m tools.demo; else echo "no tools/demo.py yet"; fi
+
+build:
+	@if [ -z "$(PYTORCH_SRC)" ]; then \
+	  echo "error: set PYTORCH_SRC=/path/to/pytorch (a v$(TORCH_VERSION) checkout)" >&2; exit 2; fi
+	@if [ ! -d "$(PYTORCH_SRC)" ]; then \
+	  echo "error: PYTORCH_SRC=$(PYTORCH_SRC) is not a directory" >&2; exit 2; fi
+	@for need in setup.py version.txt torch; do \
+	  if [ ! -e "$(PYTORCH_SRC)/$$need" ]; then \
+	    echo "error: PYTORCH_SRC=$(PYTORCH_SRC) is not a PyTorch checkout (no $$need)" >&2; exit 2; fi; \
+	done
+	@if ! grep -Eq '^$(subst .,\.,$(TORCH_VERSION))([^0-9]|$$)' "$(PYTORCH_SRC)/version.txt"; then \
+	  echo "error: $(PYTORCH_SRC)/version.txt says $$(head -c 40 "$(PYTORCH_SRC)/version.txt");" \
+	       "check out v$(TORCH_VERSION)" >&2; exit 2; fi
+	$(PYTHON) -m tools.overlay apply --target "$(PYTORCH_SRC)"
+	cd "$(PYTORCH_SRC)" && USE_CUDA=0 MAX_JOBS=$(MAX_JOBS) \
+	  $(BUILD_PYTHON) -m pip install --no-build-isolation -v -e .
+
+clean:
+	rm -rf $(VENV) $(STOCK_VENV) build *.egg-info .hypothesis
+	find . -name __pycache__ -not -path './.git/*' -prune -exec rm -rf {} +

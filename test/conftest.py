@@ -1,0 +1,83 @@
+"""Shared fixtures: the repo's venvs and throwaway torch trees built from them.
+
+No upstream PyTorch file is committed to this repo; tests that need pristine
+torch 2.13.0 files copy them from the stock venv, or from the overlay's own
+backups in the patched venv.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STOCK_VENV = REPO_ROOT / ".venv-stock"
+PATCHED_VENV = REPO_ROOT / ".venv"
+
+sys.path.insert(0, str(REPO_ROOT))  # tools/, also when it is not pip-installed
+
+from tools.overlay import pristine_bytes, read_state  # noqa: E402
+from tools.patchset import DEFAULT_PATCHES_DIR, load_manifest, MANIFEST_NAME  # noqa: E402
+
+
+def venv_site_packages(venv: Path) -> Path | None:
+    found = sorted(venv.glob("lib/python3*/site-packages"))
+    return found[0] if found and (found[0] / "torch").is_dir() else None
+
+
+def venv_python(venv: Path) -> Path | None:
+    python = venv / "bin" / "python"
+    return python if python.exists() else None
+
+
+def pristine_source_roots() -> list[Path]:
+    roots = [venv_site_packages(STOCK_VENV), venv_site_packages(PATCHED_VENV)]
+    return [root for root in roots if root is not None]
+
+
+def read_pristine(rel: str) -> bytes:
+    """Pristine torch 2.13.0 bytes of `rel`, from whichever venv has them."""
+    for root in pristine_source_roots():
+        data = pristine_bytes(root, read_state(root), rel)
+        if data is not None:
+            return data
+    pytest.skip("no torch 2.13.0 venv to copy pristine files from (run `make install`)")
+
+
+def write_pristine_torch(root: Path, version: str | None = "2.13.0+cpu") -> Path:
+    """A minimal torch/ under `root`: every pinned upstream file, pristine."""
+    torch_dir = root / "torch"
+    torch_dir.mkdir(parents=True)
+    (torch_dir / "__init__.py").write_text("# test stub: only the pinned files are real\n")
+    if version is not None:
+        (torch_dir / "version.py").write_text(f"__version__ = '{version}'\n")
+    for rel in load_manifest(DEFAULT_PATCHES_DIR / MANIFEST_NAME):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(read_pristine(rel))
+    return root
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under root, by relative path (byte code excluded)."""
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
+@pytest.fixture
+def site_packages(tmp_path: Path) -> Path:
+    """A throwaway site-packages dir with pristine torch 2.13.0 files."""
+    return write_pristine_torch(tmp_path / "site-packages")
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A fake PyTorch v2.13.0 source checkout (no build, just the layout)."""
+    root = write_pristine_torch(tmp_path / "pytorch", version=None)
+    (root / "setup.py").write_text("raise SystemExit('stub: not a real PyTorch checkout')\n")
+    (root / "version.txt").write_text("2.13.0\n")
+    return root

@@ -1,0 +1,245 @@
+"""The overlay tool on throwaway torch trees (no compiles, a few seconds)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, snapshot
+
+from tools import overlay as tool
+from tools.patchset import (
+    DEFAULT_PATCHES_DIR,
+    SERIES_NAME,
+    load_series,
+    parse_file_changes,
+)
+from tools.target import TargetError, resolve_target
+
+CONFIG = "torch/_inductor/config.py"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tools.overlay", *args],
+        cwd=REPO_ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+
+
+def apply(root: Path, patches: Path = DEFAULT_PATCHES_DIR, overlay_dir: Path | None = None) -> str:
+    overlay = tool.load_overlay(patches, overlay_dir or tool.DEFAULT_OVERLAY_DIR)
+    return tool.apply(resolve_target(root), overlay)
+
+
+def copy_series(tmp_path: Path, names: list[str] | None = None) -> Path:
+    """A private patches dir holding (a prefix of) the real series."""
+    patches = tmp_path / "patches"
+    shutil.copytree(DEFAULT_PATCHES_DIR, patches)
+    if names is not None:
+        (patches / SERIES_NAME).write_text("".join(f"{n}\n" for n in names))
+    return patches
+
+
+def series_names() -> list[str]:
+    return [p.name for p in load_series().patches]
+
+
+# --------------------------------------------------------------------------
+
+
+def test_apply_then_revert_is_byte_identical(site_packages):
+    before = snapshot(site_packages)
+    apply(site_packages)
+    applied = snapshot(site_packages)
+    assert applied[CONFIG] != before[CONFIG]
+    assert b"outer_loop_fusion_retile" in applied[CONFIG]
+    for rel in tool.load_overlay().modules:
+        assert rel in applied
+    tool.revert(resolve_target(site_packages))
+    assert snapshot(site_packages) == before
+    assert not (site_packages / tool.STATE_DIR).exists()
+
+
+def test_apply_twice_is_a_noop(site_packages):
+    apply(site_packages)
+    files = snapshot(site_packages)
+    mtimes = {p: p.stat().st_mtime_ns for p in site_packages.rglob("*") if p.is_file()}
+    assert "already applied" in apply(site_packages)
+    assert snapshot(site_packages) == files
+    assert {p: p.stat().st_mtime_ns for p in site_packages.rglob("*") if p.is_file()} == mtimes
+
+
+def test_wrong_upstream_file_is_refused_and_nothing_changes(site_packages):
+    (site_packages / CONFIG).write_bytes((site_packages / CONFIG).read_bytes() + b"# local\n")
+    before = snapshot(site_packages)
+    result = run_cli("apply", "--target", str(site_packages))
+    assert result.returncode == 1
+    assert CONFIG in result.stderr
+    assert "expected sha256 4cdbe0025fd4" in result.stderr and "actual" in result.stderr
+    assert snapshot(site_packages) == before
+    assert run_cli("verify", "--target", str(site_packages)).returncode == 1
+
+
+def test_wrong_torch_version_is_refused(tmp_path):
+    from conftest import write_pristine_torch
+
+    root = write_pristine_torch(tmp_path / "sp", version="2.12.1")
+    before = snapshot(root)
+    result = run_cli("apply", "--target", str(root))
+    assert result.returncode == 1 and "2.12.1" in result.stderr and "version.py" in result.stderr
+    assert snapshot(root) == before
+
+
+def test_failing_patch_leaves_target_untouched(site_packages, tmp_path):
+    patches = copy_series(tmp_path, series_names() + ["9999-broken.patch"])
+    (patches / "9999-broken.patch").write_text(
+        "Description: a patch whose context is not in config.py\n---\n"
+        f"--- a/{CONFIG}\n+++ b/{CONFIG}\n"
+        "@@ -1,2 +1,3 @@\n this line is not in config.py\n+added\n and neither is this one\n"
+    )
+    before = snapshot(site_packages)
+    with pytest.raises(tool.OverlayError, match=f"9999-broken.patch does not apply to {CONFIG}"):
+        apply(site_packages, patches)
+    assert snapshot(site_packages) == before
+
+
+def test_failure_midway_through_the_swap_rolls_back(site_packages, monkeypatch):
+    before = snapshot(site_packages)
+    real_write, swapped = tool.atomic_write, []
+
+    def write_then_fail(path, data):
+        if ".fusion_overlay" not in path.parts:
+            swapped.append(path)
+            if len(swapped) == 2:  # backups, state and one target file are in
+                raise OSError("disk full (simulated)")
+        real_write(path, data)
+
+    monkeypatch.setattr(tool, "atomic_write", write_then_fail)
+    with pytest.raises(OSError, match="simulated"):
+        apply(site_packages)
+    assert snapshot(site_packages) == before
+    assert not (site_packages / tool.STATE_DIR).exists()
+
+
+def test_dirty_install_is_refused(site_packages):
+    apply(site_packages)
+    (site_packages / CONFIG).write_bytes((site_packages / CONFIG).read_bytes() + b"# hand edit\n")
+    with pytest.raises(tool.OverlayError, match=f"dirty install.*\n.*{CONFIG}"):
+        apply(site_packages)
+    with pytest.raises(tool.OverlayError, match="dirty install"):
+        tool.revert(resolve_target(site_packages))
+    assert run_cli("verify", "--target", str(site_packages)).returncode == 1
+    tool.revert(resolve_target(site_packages), force=True)
+    assert run_cli("verify", "--pristine", "--target", str(site_packages)).returncode == 0
+
+
+def test_changed_series_is_reapplied_from_the_backups(site_packages, tmp_path):
+    from conftest import write_pristine_torch
+
+    before = snapshot(site_packages)
+    first_patch_only = copy_series(tmp_path, series_names()[:1])
+    apply(site_packages, first_patch_only, overlay_dir=tmp_path / "no-overlay")
+    assert apply(site_packages).startswith("re-applied")  # now the full series
+
+    reference = write_pristine_torch(tmp_path / "reference")
+    apply(reference)
+    assert snapshot(site_packages) == snapshot(reference)
+    tool.revert(resolve_target(site_packages))
+    assert snapshot(site_packages) == before
+
+
+def test_reinstalled_torch_under_an_applied_tree_is_reapplied(site_packages):
+    before = snapshot(site_packages)
+    apply(site_packages)
+    for rel, data in before.items():  # pip install --force-reinstall torch
+        (site_packages / rel).write_bytes(data)
+    assert "pristine again" in tool.status(resolve_target(site_packages), tool.load_overlay())
+    assert apply(site_packages).startswith("re-applied")
+    tool.revert(resolve_target(site_packages))
+    assert snapshot(site_packages) == before
+
+
+def test_source_checkout_target(checkout):
+    target = resolve_target(checkout)
+    assert (target.kind, target.version) == ("source", "2.13.0")
+    before = snapshot(checkout)
+    assert run_cli("apply", "--target", str(checkout)).returncode == 0
+    status = run_cli("status", "--target", str(checkout / "torch"))
+    assert "(source)" in status.stdout and "applied, current, clean" in status.stdout
+    assert run_cli("verify", "--target", str(checkout)).returncode == 0
+    assert run_cli("revert", "--target", str(checkout)).returncode == 0
+    assert snapshot(checkout) == before
+
+
+def test_target_must_hold_torch(tmp_path):
+    with pytest.raises(TargetError, match="no torch/ package"):
+        resolve_target(tmp_path)
+
+
+def test_empty_overlay_dir_is_fine(site_packages, tmp_path):
+    before = snapshot(site_packages)
+    (tmp_path / "overlay").mkdir()
+    assert "0 overlay module(s)" in apply(site_packages, overlay_dir=tmp_path / "overlay")
+    tool.revert(resolve_target(site_packages))
+    assert snapshot(site_packages) == before
+
+
+def test_removed_hunk_line_starting_with_dashes_is_not_a_file_header():
+    patch = (
+        "--- a/torch/x.py\n+++ b/torch/x.py\n@@ -1,2 +1,1 @@\n keep\n"
+        "--- a/torch/not_a_file.py\n"  # a removed line "-- a/torch/..."
+    )
+    assert [c.path for c in parse_file_changes(patch, "t")] == ["torch/x.py"]
+
+
+def test_every_patch_has_a_dep3_header():
+    for patch in load_series().patches:
+        header = patch.data.decode().split("\n---", 1)[0]
+        assert "Description:" in header or "Subject:" in header, patch.name
+
+
+# --------------------------------------------------------------------------
+# make build: refusals, and the apply step on a fake checkout
+
+
+def make_build(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(REPO_ROOT), "build", f"PYTHON={sys.executable}", *args],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda tmp: None, "set PYTORCH_SRC"),
+        (lambda tmp: tmp / "missing", "is not a directory"),
+        (lambda tmp: tmp, "is not a PyTorch checkout (no setup.py)"),
+    ],
+    ids=["unset", "not-a-dir", "not-a-checkout"],
+)
+def test_make_build_refuses_a_bad_pytorch_src(tmp_path, setup, message):
+    src = setup(tmp_path)
+    result = make_build(*([f"PYTORCH_SRC={src}"] if src is not None else []))
+    assert result.returncode != 0 and message in result.stderr
+
+
+def test_make_build_refuses_another_version(checkout):
+    (checkout / "version.txt").write_text("2.12.0a0\n")
+    before = snapshot(checkout)
+    result = make_build(f"PYTORCH_SRC={checkout}")
+    assert result.returncode != 0 and "says 2.12.0a0" in result.stderr
+    assert snapshot(checkout) == before
+
+
+def test_make_build_applies_to_the_checkout(checkout):
+    # BUILD_PYTHON=true stands in for the hours-long `pip install -e .`.
+    result = make_build(f"PYTORCH_SRC={checkout}", "BUILD_PYTHON=true", "MAX_JOBS=1")
+    assert result.returncode == 0, result.stderr
+    assert "applied to" in result.stdout and "USE_CUDA=0 MAX_JOBS=1" in result.stdout
+    assert b"outer_loop_fusion_retile" in (checkout / CONFIG).read_bytes()
