@@ -426,12 +426,14 @@ def revert(target: Target, force: bool = False) -> str:
     return f"reverted {root} to pristine torch {target.version or ''}".rstrip()
 
 
-def verify(target: Target, overlay: Overlay) -> str:
+def verify(target: Target, overlay: Overlay, require_pristine: bool = False) -> str:
     """Upstream files match the pins; on an applied tree the pristine backups are
     checked instead, and the installed files must still be as applied."""
     check_version(target)
     root = target.root
     state = read_state(root)
+    if require_pristine and state is not None:
+        raise OverlayError(f"the overlay is applied to {root}, which should be pristine")
     leftover = state is not None and is_leftover_state(root, state)
     if state is not None and not leftover:
         check_not_dirty(root, state)
@@ -506,6 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--patches", type=Path, default=DEFAULT_PATCHES_DIR, help="dir with series")
     parser.add_argument("--overlay", type=Path, default=DEFAULT_OVERLAY_DIR, help="dir mirroring torch/")
     parser.add_argument("--force", action="store_true", help="revert: discard hand edits too")
+    parser.add_argument("--pristine", action="store_true", help="verify: fail if the overlay is applied")
     return parser
 
 
@@ -517,8 +520,10 @@ def main(argv: list[str] | None = None) -> int:
             message = revert(target, force=args.force)
         else:
             overlay = load_overlay(args.patches, args.overlay)
-            command = {"apply": apply, "status": status, "verify": verify}[args.command]
-            message = command(target, overlay)
+            if args.command == "verify":
+                message = verify(target, overlay, require_pristine=args.pristine)
+            else:
+                message = {"apply": apply, "status": status}[args.command](target, overlay)
     except (OverlayError, TargetError, SeriesError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
