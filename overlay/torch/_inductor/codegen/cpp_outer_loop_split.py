@@ -10,8 +10,9 @@ normalization becomes one loop over groups.
 A split reindexes the consumer's iteration space into another factorization of
 the same flat index (``LoopBody.reindex_iter_loops``): the visiting order and
 therefore every memory access order stay as they were.  We only split where the
-new outer boundary falls on a multiple of the producer's outer extent, so the
-index expressions stay affine in the new loop variables.
+producer's outer extent ends inside one level of the consumer, so the inner
+loop variables keep affine index expressions (only the outer variable, which
+is fixed inside an outer iteration, appears under division or modulo).
 
 The mutation happens inside ``Scheduler.can_fuse``, whose loop-mutation tracker
 rolls it back when the fusion is rejected.
@@ -60,19 +61,24 @@ def split_for_outer_extent(
 ) -> list[int] | None:
     """Refactor ``sizes`` so that it starts with ``outer``, or return None.
 
-    The split is exact when a prefix of ``sizes`` multiplies to a multiple of
-    ``prod(outer)``: that prefix becomes ``outer`` plus one remainder level and
-    the other levels are kept.  ``(2, 16), (4,)`` gives ``(4, 8)``;
-    ``(32, 1024), (4,)`` gives ``(4, 8, 1024)``.
+    The split is exact when the outer extent ends inside one level ``i``:
+    ``prod(sizes[:i])`` divides it and the rest of it divides ``sizes[i]``.
+    Levels before ``i`` and the split-off part of level ``i`` become the outer
+    loops; the remainder of level ``i`` and all later levels stay as they
+    were, so the inner loop variables keep their affine index expressions.
+    ``(2, 16), (4,)`` gives ``(4, 8)``; ``(32, 1024), (4,)`` gives
+    ``(4, 8, 1024)``; ``(6, 10), (4,)`` has no exact split.
     """
     target = math.prod(outer)
-    prefix = 1
+    before = 1
     for i, size in enumerate(sizes):
-        prefix *= size
-        if prefix % target == 0:
-            remainder = [prefix // target] if prefix != target else []
-            new_sizes = [*outer, *remainder, *sizes[i + 1 :]]
+        if target % before == 0 and size % (target // before) == 0:
+            remainder = size // (target // before)
+            new_sizes = [*outer, *([remainder] if remainder > 1 else []), *sizes[i + 1 :]]
             return None if new_sizes == list(sizes) else new_sizes
+        before *= size
+        if before > target:
+            return None
     return None
 
 

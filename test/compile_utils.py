@@ -1,0 +1,84 @@
+"""Compile a program with the overlay flags on or off and read back its loops.
+
+Every feature test asks the same three things of a compiled program: does it
+agree with eager, how many loop nests did the C++ backend emit, and what did
+the overlay's counters record.  ``compile_and_inspect`` answers all three.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import torch
+from torch._inductor import config, metrics
+from torch._inductor.utils import run_and_get_cpp_code
+
+from tools.loopnest import analyze
+
+OVERLAY_FLAGS = ("cpp.outer_loop_fusion_retile", "cpp.loop_ordering_after_fusion")
+
+# The seed report's config: every small op becomes its own scheduler node.
+SEED_CONFIG = {"realize_opcount_threshold": 1, "inplace_buffers": False}
+
+
+@dataclasses.dataclass
+class Compiled:
+    nests: list[int]  # loop nests per C++ kernel function
+    retiled: int  # metrics.cpp_outer_loop_retiled
+    outer_fused: int  # outer-loop fusions that merged (stock counter)
+    code: str
+
+    @property
+    def total_nests(self) -> int:
+        return sum(self.nests)
+
+    @property
+    def kernels(self) -> list[str]:
+        """The C++ kernel functions, without the module's paths and names."""
+        return [k.text for k in analyze(self.code)]
+
+
+def overlay_flags(on: bool) -> dict[str, bool]:
+    return {flag: on for flag in OVERLAY_FLAGS}
+
+
+def tolerance(dtype: torch.dtype) -> dict[str, float]:
+    if dtype in (torch.bfloat16, torch.float16):
+        return {"atol": 3e-2, "rtol": 3e-2}
+    return {"atol": 1e-4, "rtol": 1e-4}
+
+
+def _as_tuple(value):
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def compile_and_inspect(
+    fn: Callable,
+    args: Sequence[torch.Tensor],
+    *,
+    overlay: bool = True,
+    dynamic: bool = False,
+    extra_config: dict | None = None,
+) -> Compiled:
+    """Compile ``fn`` fresh, check it against eager, return its loop structure."""
+    torch._dynamo.reset()
+    metrics.reset()
+    patch = {
+        **overlay_flags(overlay),
+        "force_disable_caches": True,
+        **(extra_config or {}),
+    }
+    with config.patch(patch), torch.no_grad():
+        actual, code = run_and_get_cpp_code(
+            torch.compile(fn, dynamic=dynamic, fullgraph=True), *args
+        )
+        expected = fn(*args)
+    for got, want in zip(_as_tuple(actual), _as_tuple(expected), strict=True):
+        torch.testing.assert_close(got, want, **tolerance(want.dtype))
+    return Compiled(
+        nests=[k.nests for k in analyze(code)],
+        retiled=metrics.cpp_outer_loop_retiled,
+        outer_fused=len(metrics.cpp_outer_loop_fused_inner_counts),
+        code=code,
+    )
