@@ -1,0 +1,317 @@
+"""Benchmarks: eager vs compiled stock (overlay flags off) vs compiled patched.
+
+    python -m tools.bench [--threads 1,2] [--reps 21] [--only layernorm,...]
+
+All three variants of a workload run in one process, interleaved repetition
+by repetition, because this machine is shared and noisy.  Each row reports
+medians with their spread, the loop nests of both compiled versions, the
+achieved bandwidth against the minimum bytes the workload must move, and the
+machine's copy bandwidth measured in the same run (roofline ratio).
+
+glibc's malloc returns every output of 32 MiB or more to the kernel, so each
+call page-faults on fresh memory and those faults can hide the kernels.  The
+benchmark re-executes itself with GLIBC_TUNABLES that keep freed memory (say
+so in the output); ``--default-malloc`` measures with the default allocator.
+
+Results go to bench/results/ as markdown, JSON and (when matplotlib is
+installed) a PNG chart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+NO_PAGE_FAULT_TUNABLES = (
+    "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
+)
+RESULTS_DIR = Path("bench/results")
+
+
+@dataclasses.dataclass
+class Workload:
+    name: str
+    make: Callable  # () -> (fn, args, min_bytes)
+
+
+def _workloads():
+    import torch
+    import torch.nn.functional as F
+
+    def nbytes(*tensors):
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def layernorm():
+        m, x = torch.nn.LayerNorm(1024), torch.randn(8192, 1024)
+        return m, (x,), 2 * nbytes(x)
+
+    def groupnorm():
+        m, x = torch.nn.GroupNorm(32, 256), torch.randn(8, 256, 56, 56)
+        return m, (x,), 2 * nbytes(x)
+
+    def groupnorm_seed():
+        m, x = torch.nn.GroupNorm(2, 16), torch.randn(2, 16, 32, 32)
+        return m, (x,), 2 * nbytes(x)
+
+    def bias_gelu_layernorm():
+        m, b, x = torch.nn.LayerNorm(768), torch.randn(768), torch.randn(8192, 768)
+        return (lambda x: m(F.gelu(x + b))), (x,), 2 * nbytes(x)
+
+    def softmax():
+        x = torch.randn(4096, 4096)
+        return (lambda x: torch.softmax(x, -1)), (x,), 2 * nbytes(x)
+
+    def softmax_dim0():
+        x = torch.randn(4096, 1024)
+        return (lambda x: torch.softmax(x, 0)), (x,), 2 * nbytes(x)
+
+    def rmsnorm():
+        w, x = torch.randn(2048), torch.randn(8192, 2048)
+
+        def rms(x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+        return rms, (x,), 2 * nbytes(x)
+
+    def layernorm_channels_last():
+        m = torch.nn.LayerNorm(256)
+        x = torch.randn(8, 256, 56, 56)
+
+        def block(x):  # ConvNeXt style: permute, LayerNorm over channels, back
+            return m(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+        return block, (x,), 2 * nbytes(x)
+
+    def attention_softmax():
+        q, k = torch.randn(8, 8, 256, 64), torch.randn(8, 8, 256, 64)
+        mask = torch.randn(256, 256)
+
+        def attn(q, k):
+            return torch.softmax(q @ k.transpose(-1, -2) * 0.125 + mask, -1)
+
+        return attn, (q, k), 2 * 8 * 8 * 256 * 256 * 4
+
+    return [
+        Workload(f.__name__, f)
+        for f in (
+            layernorm,
+            groupnorm,
+            groupnorm_seed,
+            bias_gelu_layernorm,
+            softmax,
+            softmax_dim0,
+            rmsnorm,
+            layernorm_channels_last,
+            attention_softmax,
+        )
+    ]
+
+
+def _fresh(fn):
+    """A wrapper with its own code object, hence its own dynamo cache entry.
+
+    Dynamo caches compiled code on the code object; compiling the same
+    function twice under different configs would otherwise share one entry.
+    """
+
+    def call(*args):
+        return fn(*args)
+
+    call.__code__ = call.__code__.replace()
+    return call
+
+
+def _compile(fn, args, overlay: bool):
+    import torch
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_cpp_code
+
+    from tools.loopnest import count_nests
+
+    flags = {
+        "cpp.outer_loop_fusion_retile": overlay,
+        "cpp.loop_ordering_after_fusion": overlay,
+        "force_disable_caches": True,
+    }
+    compiled = torch.compile(_fresh(fn))
+    with config.patch(flags), torch.no_grad():
+        start = time.perf_counter()
+        _, code = run_and_get_cpp_code(compiled, *args)
+        compile_s = time.perf_counter() - start
+    return compiled, count_nests(code), compile_s
+
+
+def _copy_bandwidth(reps: int) -> float:
+    """GB/s of a large tensor copy (read + write), the roofline reference."""
+    import torch
+
+    src = torch.randn(32 * 1024 * 1024 // 4 * 4)  # 128 MiB
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - start)
+    return 2 * src.numel() * 4 / statistics.median(times) / 1e9
+
+
+def _cpu_pressure() -> str:
+    try:
+        return Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except OSError:
+        return "unavailable"
+
+
+def _time_interleaved(variants: dict, args, reps: int) -> dict[str, list[float]]:
+    import torch
+
+    times = {name: [] for name in variants}
+    with torch.no_grad():
+        for fn in variants.values():
+            fn(*args)  # warm up
+        for _ in range(reps):
+            for name, fn in variants.items():
+                start = time.perf_counter()
+                fn(*args)
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(samples, n=4)
+    return {
+        "median_ms": statistics.median(samples) * 1e3,
+        "p25_ms": q[0] * 1e3,
+        "p75_ms": q[-1] * 1e3,
+    }
+
+
+def run_workload(workload: Workload, threads: int, reps: int, copy_gbs: float) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    fn, args, min_bytes = workload.make()
+    stock, stock_nests, stock_compile = _compile(fn, args, overlay=False)
+    patched, patched_nests, patched_compile = _compile(fn, args, overlay=True)
+    times = _time_interleaved({"eager": fn, "stock": stock, "patched": patched}, args, reps)
+    stats = {name: _summary(t) for name, t in times.items()}
+    patched_s = stats["patched"]["median_ms"] / 1e3
+    return {
+        "workload": workload.name,
+        "threads": threads,
+        **{f"{name}_{k}": v for name, s in stats.items() for k, v in s.items()},
+        "stock_over_eager": stats["stock"]["median_ms"] / stats["eager"]["median_ms"],
+        "patched_over_eager": stats["patched"]["median_ms"] / stats["eager"]["median_ms"],
+        "patched_over_stock": stats["patched"]["median_ms"] / stats["stock"]["median_ms"],
+        "stock_nests": stock_nests,
+        "patched_nests": patched_nests,
+        "min_bytes": min_bytes,
+        "patched_gbs": min_bytes / patched_s / 1e9,
+        "roofline": min_bytes / patched_s / 1e9 / copy_gbs,
+        "stock_compile_s": stock_compile,
+        "patched_compile_s": patched_compile,
+        "cpu_pressure": _cpu_pressure(),
+    }
+
+
+def markdown_table(rows: list[dict], header: str) -> str:
+    lines = [
+        header,
+        "",
+        "| workload | thr | eager ms | stock ms | patched ms | stock/eager | patched/eager | patched/stock | nests stock→patched | GB/s | roofline |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['workload']} | {r['threads']} | {r['eager_median_ms']:.2f} | "
+            f"{r['stock_median_ms']:.2f} | {r['patched_median_ms']:.2f} | "
+            f"{r['stock_over_eager']:.2f} | {r['patched_over_eager']:.2f} | "
+            f"{r['patched_over_stock']:.2f} | {r['stock_nests']}→{r['patched_nests']} | "
+            f"{r['patched_gbs']:.1f} | {r['roofline']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def _chart(rows: list[dict], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    labels = [f"{r['workload']} t{r['threads']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1))
+    ys = range(len(rows))
+    ax.barh([y + 0.2 for y in ys], [1 / r["stock_over_eager"] for r in rows], 0.4, label="stock")
+    ax.barh([y - 0.2 for y in ys], [1 / r["patched_over_eager"] for r in rows], 0.4, label="patched")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks(list(ys), labels)
+    ax.set_xlabel("speed vs eager (higher is better)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    return True
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", default=f"1,{os.cpu_count()}")
+    parser.add_argument("--reps", type=int, default=21)
+    parser.add_argument("--only", default="")
+    parser.add_argument("--default-malloc", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    opts = parser.parse_args(argv)
+
+    if not opts.default_malloc and os.environ.get("GLIBC_TUNABLES") != NO_PAGE_FAULT_TUNABLES:
+        env = {**os.environ, "GLIBC_TUNABLES": NO_PAGE_FAULT_TUNABLES}
+        os.execve(sys.executable, [sys.executable, "-m", "tools.bench", *sys.argv[1:]], env)
+
+    import torch
+
+    malloc = "default glibc malloc" if opts.default_malloc else f"GLIBC_TUNABLES={NO_PAGE_FAULT_TUNABLES}"
+    only = {name for name in opts.only.split(",") if name}
+    threads = sorted({int(t) for t in opts.threads.split(",")})
+    copy_gbs = _copy_bandwidth(opts.reps)
+    rows = []
+    for workload in _workloads():
+        if only and workload.name not in only:
+            continue
+        for t in threads:
+            row = run_workload(workload, t, opts.reps, copy_gbs)
+            rows.append(row)
+            print(
+                f"{row['workload']:24s} t={t} eager {row['eager_median_ms']:.2f} "
+                f"stock {row['stock_median_ms']:.2f} patched {row['patched_median_ms']:.2f} ms "
+                f"nests {row['stock_nests']}->{row['patched_nests']}",
+                flush=True,
+            )
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    header = (
+        f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores, {stamp}; "
+        f"{malloc}; copy bandwidth {copy_gbs:.1f} GB/s; medians of {opts.reps} interleaved reps"
+    )
+    table = markdown_table(rows, header)
+    print(table)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    (opts.out / "bench.md").write_text(table + "\n")
+    (opts.out / "bench.json").write_text(
+        json.dumps({"header": header, "copy_gbs": copy_gbs, "rows": rows}, indent=2)
+    )
+    if _chart(rows, opts.out / "bench.png"):
+        print(f"chart: {opts.out / 'bench.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
