@@ -1,0 +1,237 @@
+"""Loop ordering after fusion for the C++ (CPU) backend.
+
+Stock Inductor decides CPU loop orders before fusion: ``ir.py`` merges CPU
+loops while lowering, scheduler nodes normalize their CPU dependencies, and
+``Scheduler.merge_loops``, loop reordering, pointwise reindexing and index
+inversion all skip CPU nodes.  Behind ``config.cpp.loop_ordering_after_fusion``
+these hooks keep CPU loop orders open until fusion, as on GPU.
+
+Flag: ``config.cpp.loop_ordering_after_fusion``
+(TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION), effective only together with
+the global ``config.loop_ordering_after_fusion``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import config
+
+
+loop_ordering_log = torch._logging.getArtifactLogger(__name__, "loop_ordering")
+
+
+def enabled_for_device(device) -> bool:
+    """Whether loop orders of nodes on ``device`` are decided after fusion."""
+    device_type = getattr(device, "type", device)
+    return (
+        device_type == "cpu"
+        and config.loop_ordering_after_fusion
+        and config.cpp.loop_ordering_after_fusion
+        and config.cpu_backend == "cpp"
+    )
+
+
+def enabled_for_nodes(*nodes) -> bool:
+    return all(node.is_cpu() for node in nodes) and enabled_for_device("cpu")
+
+
+def _recompute_group(snode) -> None:
+    device = snode.node.get_device_or_error()
+    group_fn = snode.scheduler.get_backend(device).group_fn
+    snode.group = (device, group_fn(snode._sizes))
+
+
+def _groups_agree(fused) -> bool:
+    """Whether every member fits the fused node's group, as C++ codegen needs.
+
+    ``CppKernelProxy.codegen_functions`` accepts a member whose sizes are the
+    group, the group flattened, or the group's iteration part (a suffix).
+    """
+    _, (group, reduction_group) = max(
+        fused.snodes, key=lambda n: int(n.is_reduction())
+    ).group
+    accepted = [
+        (group, reduction_group),
+        (tuple(group) + tuple(reduction_group), ()),
+        (group, ()),
+    ]
+    return all(tuple(map(tuple, sn.group[1])) in accepted for sn in fused.snodes)
+
+
+def merge_loops_consistently(node) -> None:
+    """Merge the loops of a CPU node after fusion, keeping its members aligned.
+
+    Upstream skips CPU here because merging the members of a fused node one by
+    one can give them different loop groups, which the C++ kernel cannot
+    generate (the ``ranges_from_index_vars`` assertion).  We merge every
+    member, recompute the groups, and keep the result only when the members
+    still agree; otherwise all members return to their fused loop order.
+    Outer-loop fused nodes keep their loops: their members share only the
+    outer levels, which a merge could change.
+    """
+    from .codegen.cpp import OuterLoopFusedSchedulerNode
+    from .scheduler import FusedSchedulerNode, SchedulerNode, _LoopStateSnapshot
+
+    if isinstance(node, OuterLoopFusedSchedulerNode):
+        _normalize_deps(node)
+        return
+    snodes = [sn for sn in node.get_nodes() if isinstance(sn, SchedulerNode)]
+    if len(snodes) != len(node.get_nodes()) or any(sn.is_template() for sn in snodes):
+        return
+    snapshot = _LoopStateSnapshot.create((node,))
+    for sn in snodes:
+        sn.merge_loops()
+        _recompute_group(sn)
+    if isinstance(node, FusedSchedulerNode):
+        node.group = max(snodes, key=lambda n: int(n.is_reduction())).group
+        if not _groups_agree(node):
+            loop_ordering_log.debug(
+                "keep fused loop order of %s: merged members disagree", node.get_name()
+            )
+            snapshot.restore()
+            _normalize_deps(node)
+
+
+def _normalize_deps(node) -> None:
+    """Canonical dependency names for nodes whose loops stay unmerged."""
+    from .scheduler import SchedulerNode
+
+    for sn in node.get_nodes():
+        if isinstance(sn, SchedulerNode):
+            sn.refresh_dependencies(normalize=True, need_clear_tiling_cache=False)
+
+
+def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
+    """CPU counterpart of ``Scheduler._try_reindex_pointwise_for_reduction``.
+
+    The C++ backend groups loops as ``(iteration sizes, reduction sizes)``
+    tuples rather than Triton's ``(numel, rnumel)``, so the pointwise side is
+    reindexed onto the reduction's full loop sizes, a form the C++ kernel
+    accepts for fused members.  The reindexing is kept only if the two nodes
+    then share a dependency exactly; otherwise it is rolled back.
+    """
+    import math
+
+    from .scheduler import (
+        _LoopStateSnapshot,
+        FusedSchedulerNode,
+        refresh_group_node_dependencies,
+        SchedulerNode,
+    )
+
+    if node1.is_reduction() == node2.is_reduction():
+        return False
+    reduction, pointwise = (node1, node2) if node1.is_reduction() else (node2, node1)
+    _, (group, reduction_group) = reduction.group
+    target = [*group, *reduction_group]
+    snodes = pointwise.get_nodes()
+    if not all(isinstance(sn, SchedulerNode) and not sn._sizes[1] for sn in snodes):
+        return False
+    sizevars = scheduler_sizevars()
+    if not all(
+        sizevars.statically_known_equals(math.prod(sn._sizes[0]), math.prod(target))
+        for sn in snodes
+    ):
+        return False
+    if all(tuple(sn._sizes[0]) == tuple(target) for sn in snodes):
+        return False
+    snapshot = _LoopStateSnapshot.create((pointwise,))
+    for sn in snodes:
+        sn.apply_loop_reindexing(target)
+    if isinstance(pointwise, FusedSchedulerNode):
+        pointwise.group = snodes[0].group
+        refresh_group_node_dependencies(pointwise)
+    if not _share_a_dependency(scheduler, node1, node2):
+        snapshot.restore()
+        return False
+    loop_ordering_log.debug(
+        "reindexed %s onto the loops %s of %s", pointwise.get_name(), target, reduction.get_name()
+    )
+    return True
+
+
+def scheduler_sizevars():
+    from .virtualized import V
+
+    return V.graph.sizevars
+
+
+def _share_a_dependency(scheduler, node1, node2) -> bool:
+    common = node1.read_writes.buffer_names() & node2.read_writes.buffer_names()
+    deps1 = {dep.name: dep for dep in node1.read_writes.reads_and_writes()}
+    deps2 = {dep.name: dep for dep in node2.read_writes.reads_and_writes()}
+    return any(scheduler.deps_match_normalized(deps1[n], deps2[n]) for n in common)
+
+
+def refresh_group_after_reorder(node) -> None:
+    """Recompute a CPU node's loop group after its loops were reordered.
+
+    Triton groups are ``(numel, rnumel)`` and do not depend on loop order; the
+    C++ backend's group is the ordered loop sizes, which fusion decisions
+    (outer-loop fusion depth, compatible ranges) and codegen read.  A group
+    left stale by a reorder is what made C++ codegen fail upstream.
+    """
+    from .scheduler import FusedSchedulerNode
+
+    if not node.is_cpu():
+        return
+    if isinstance(node, FusedSchedulerNode):
+        node.group = max(node.snodes, key=lambda n: int(n.is_reduction())).group
+    else:
+        _recompute_group(node)
+
+
+def _strided_bytes(node) -> int:
+    """Bytes of the node's accesses that are strided along its innermost loop.
+
+    The C++ backend vectorizes the innermost loop; an access whose stride
+    there is neither 0 nor 1 becomes a gather or scatter.
+    """
+    from .dependencies import MemoryDep
+    from .virtualized import V
+
+    total = 0
+    for dep in node.read_writes.reads_and_writes():
+        if not isinstance(dep, MemoryDep) or not dep.var_names:
+            continue
+        inner = dep.var_names[-1]
+        stride = V.graph.sizevars.stride_hints(dep.index, [inner])[0]
+        if stride not in (0, 1):
+            total += node.scheduler.dep_size_hint(dep)
+    return total
+
+
+def reorder_is_worthwhile(node, new_order) -> bool:
+    """Cost guard for a CPU loop reorder: no more strided inner-loop traffic.
+
+    Upstream's GPU reordering needed a rollback after a 6x slowdown; on CPU a
+    reorder that makes the innermost loop walk a large output with a stride
+    costs more than the fusion it enables (softmax over dim 0: 1.75x slower
+    than stock).  The order is tried, measured and restored.
+    """
+    from .scheduler import SchedulerNode
+
+    snodes = [sn for sn in node.get_nodes() if isinstance(sn, SchedulerNode)]
+    before = sum(_strided_bytes(sn) for sn in snodes)
+    states = [sn.snapshot_loop_state() for sn in snodes]
+    listeners = [sn._loop_mutation_listener for sn in snodes]
+    for sn in snodes:
+        sn._loop_mutation_listener = None  # a trial, not a mutation to track
+        sn._body = sn._body.reorder_iter_loops(new_order)
+        sn._sizes = sn._body.sizes
+        sn.refresh_dependencies(normalize=False, need_clear_tiling_cache=False)
+    after = sum(_strided_bytes(sn) for sn in snodes)
+    for sn, state, listener in zip(snodes, states, listeners):
+        sn.restore_loop_state(state)
+        sn._loop_mutation_listener = listener
+    if after > before:
+        loop_ordering_log.debug(
+            "reorder %s of %s rejected: strided inner-loop bytes %d -> %d",
+            new_order,
+            node.get_name(),
+            before,
+            after,
+        )
+        return False
+    return True
