@@ -67,30 +67,82 @@ def merge_loops_consistently(node) -> None:
     generate (the ``ranges_from_index_vars`` assertion).  We merge every
     member, recompute the groups, and keep the result only when the members
     still agree; otherwise all members return to their fused loop order.
-    Outer-loop fused nodes keep their loops: their members share only the
-    outer levels, which a merge could change.
     """
     from .codegen.cpp import OuterLoopFusedSchedulerNode
-    from .scheduler import FusedSchedulerNode, SchedulerNode, _LoopStateSnapshot
+    from .scheduler import _LoopStateSnapshot, SchedulerNode
+
+    snodes = node.get_nodes()
+    if not all(isinstance(sn, SchedulerNode) for sn in snodes) or any(
+        sn.is_template() for sn in snodes
+    ):
+        return
+    snapshot = _LoopStateSnapshot.create(tuple(_members(node)))
+    if isinstance(node, OuterLoopFusedSchedulerNode):
+        merged = _merge_outer_loop_fused(node)
+    else:
+        merged = _merge_member(node)
+    if not merged:
+        loop_ordering_log.debug(
+            "keep fused loop order of %s: merged members disagree", node.get_name()
+        )
+        snapshot.restore()
+        _normalize_deps(node)
+
+
+def _members(node):
+    from .codegen.cpp import OuterLoopFusedSchedulerNode
 
     if isinstance(node, OuterLoopFusedSchedulerNode):
-        _normalize_deps(node)
-        return
-    snodes = [sn for sn in node.get_nodes() if isinstance(sn, SchedulerNode)]
-    if len(snodes) != len(node.get_nodes()) or any(sn.is_template() for sn in snodes):
-        return
-    snapshot = _LoopStateSnapshot.create((node,))
-    for sn in snodes:
+        return list(node.get_outer_nodes())
+    return [node]
+
+
+def _merge_member(node) -> bool:
+    """Merge a SchedulerNode or FusedSchedulerNode; False if members disagree."""
+    from .scheduler import FusedSchedulerNode
+
+    for sn in node.get_nodes():
         sn.merge_loops()
         _recompute_group(sn)
     if isinstance(node, FusedSchedulerNode):
-        node.group = max(snodes, key=lambda n: int(n.is_reduction())).group
-        if not _groups_agree(node):
-            loop_ordering_log.debug(
-                "keep fused loop order of %s: merged members disagree", node.get_name()
-            )
-            snapshot.restore()
-            _normalize_deps(node)
+        node.group = max(node.snodes, key=lambda n: int(n.is_reduction())).group
+        return _groups_agree(node)
+    return True
+
+
+def _merge_outer_loop_fused(node) -> bool:
+    """Merge every outer member; the fused outer loops must stay shared.
+
+    The fused levels are the leading loops whose sizes multiply to the old
+    outer extent.  After merging, every member must again start with the same
+    such levels; the fusion depth becomes their number.
+    """
+    import math
+
+    members = list(node.get_outer_nodes())
+    outer_extent = math.prod(members[0].group[1][0][: node.outer_loop_fusion_depth])
+    new_prefixes = set()
+    for member in members:
+        if not _merge_member(member):
+            return False
+        prefix = _prefix_with_product(member.group[1][0], outer_extent)
+        if prefix is None:
+            return False
+        new_prefixes.add(tuple(prefix))
+    if len(new_prefixes) != 1:
+        return False
+    node.outer_loop_fusion_depth = len(new_prefixes.pop())
+    node.group = max(node.snodes, key=lambda n: int(n.is_reduction())).group
+    return True
+
+
+def _prefix_with_product(sizes, product):
+    running = 1
+    for i, size in enumerate(sizes):
+        running *= size
+        if running == product:
+            return sizes[: i + 1]
+    return None
 
 
 def _normalize_deps(node) -> None:

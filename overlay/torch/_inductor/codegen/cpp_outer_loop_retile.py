@@ -51,9 +51,12 @@ _UNKNOWN_SIZE_HINT = 8192
 # Rows up to this many elements (128 KiB of float32) stay in L2 between the
 # passes of an outer-loop fused normalization.
 ROW_FITS_IN_CACHE = 32768
+# Shorter rows cost little either way; they keep stock's Welford lowering
+# (and its exact results and kernel structure).
+ROW_WORTH_TWO_STEPS = 4096
 
 
-def two_step_variance_threshold(stock_threshold: int) -> int:
+def two_step_variance_threshold(stock_threshold: int, reduction_numel) -> int:
     """Largest reduction that lowers var/var_mean as sum + sum of squares.
 
     Stock keeps Welford for reductions over 1024 elements because the two-step
@@ -61,9 +64,13 @@ def two_step_variance_threshold(stock_threshold: int) -> int:
     module), the second pass reads the row from cache, and Welford's per
     element division costs more: var_mean over (256, 25088) took 2.22 ms with
     Welford and 1.27 ms in two steps (1 thread).  Two-step (mean first, then
-    squared deviations) is as stable as Welford.
+    squared deviations) is as stable as Welford.  Rows between
+    ROW_WORTH_TWO_STEPS and ROW_FITS_IN_CACHE elements switch.
     """
-    return max(stock_threshold, ROW_FITS_IN_CACHE)
+    numel = int(reduction_numel) if isinstance(reduction_numel, (int, sympy.Integer)) else 0
+    if ROW_WORTH_TWO_STEPS <= numel <= ROW_FITS_IN_CACHE:
+        return max(stock_threshold, numel)
+    return stock_threshold
 
 
 class InnerLevelTilingSelect(TilingSelect):
@@ -115,6 +122,25 @@ def _same_outer_loops(proxies: Sequence[CppKernelProxy], depth: int, attrs) -> b
     )
 
 
+def tiles_a_fused_outer_level(proxies: Sequence[CppKernelProxy], depth: int) -> bool:
+    """Whether a kernel vector-tiles one of the loop levels to be fused.
+
+    Outer-loop local buffers hold the data of one outer iteration: they are
+    sized and indexed by the levels below the fusion depth.  When a fused outer
+    level is tiled, one iteration covers ``steps`` outer indices, which all
+    write the same buffer slots; the consumer then reads the last one back for
+    every index (stock 2.13.0 miscompiles upstream's
+    test_outer_loop_local_buffer_with_tiled_outer_dim this way).  The caller
+    drops that attempt; the re-tiled attempt then fuses with untiled outer
+    levels.
+    """
+    return any(
+        level.steps != 1
+        for proxy in proxies
+        for level in (_outer_levels(proxy, depth) or ())
+    )
+
+
 def _is_vectorized(proxy: CppKernelProxy) -> bool:
     return any(isinstance(kernel, CppVecKernel) for kernel in proxy.kernels)
 
@@ -135,14 +161,21 @@ class OuterLoopRetile:
 
     It replaces stock's acceptance test (``check_outer_fusion_loop_level_attr``)
     for the attempt with three checks: the outer levels agree, the fused outer
-    loop still feeds every thread, and little vectorized work turns scalar.
+    loop is still the one worth parallelizing, and little vectorized work turns
+    scalar.
     """
 
     # Vector lanes of the widest float ISA we target; scalar work that replaces
     # vector work costs roughly this much more per element.
     VECTOR_LANES = 16
-    # The fused outer loop is what ``omp for`` splits; more iterations than
-    # this many per thread balance well enough whatever the remainder.
+    # Stock's threshold: an inner loop this many times longer than the outer
+    # loops is better parallelized by itself.
+    INNER_TO_OUTER = 300
+    # Below this many iterations per kernel, a parallel inner loop costs more
+    # in synchronization than it gains.
+    SMALL_KERNEL_ITERATIONS = 65536
+    # More iterations than this many per thread balance well enough whatever
+    # the remainder.
     BALANCED_ITERATIONS_PER_THREAD = 8
 
     def __init__(self, node: OuterLoopFusedSchedulerNode, vectorized_before):
@@ -174,8 +207,8 @@ class OuterLoopRetile:
         if not _same_outer_loops(proxies, self.depth, ("var", "size", "offset", "steps")):
             _log(self.node, "rejected: outer levels still differ after re-tiling")
             return False
-        if not self._feeds_all_threads(proxies[0]):
-            _log(self.node, "rejected: too few outer iterations for the threads")
+        if not self._keeps_parallelism(proxies):
+            _log(self.node, "rejected: the inner loops are better parallelized")
             return False
         if not self._keeps_vector_work(proxies):
             return False
@@ -183,16 +216,28 @@ class OuterLoopRetile:
         metrics.cpp_outer_loop_retiled += 1
         return True
 
-    def _feeds_all_threads(self, proxy: CppKernelProxy) -> bool:
-        """Parallelism guard.
+    def _keeps_parallelism(self, proxies: Sequence[CppKernelProxy]) -> bool:
+        """Parallelism guard: the fused outer loop must be worth splitting.
 
-        Stock refuses outer-loop fusion when the first inner loop is 300x
-        longer than the outer loops, so that the inner loop can be
-        parallelized instead.  That matters only when the outer loop has
-        fewer iterations than there are threads to feed; we accept when every
-        thread gets the same share, or enough iterations to balance.
+        ``omp for`` splits only the fused outer loop.  Like stock, we refuse
+        when a kernel's first inner loop is more than INNER_TO_OUTER times
+        longer than the outer loops (it is better parallelized on its own),
+        unless the whole node is small enough that splitting the inner loop
+        would not pay for itself, and the outer loop still gives every thread
+        an equal share or enough iterations to balance.
         """
-        outer = math.prod(_hint(level.size) for level in _outer_levels(proxy, self.depth))
+        outer = math.prod(
+            _hint(level.size) for level in _outer_levels(proxies[0], self.depth)
+        )
+        inner_heavy = any(
+            len(p.call_ranges) > self.depth
+            and _hint(p.call_ranges[self.depth]) > outer * self.INNER_TO_OUTER
+            for p in proxies
+        )
+        if not inner_heavy:
+            return True
+        if max(_iterations(p) for p in proxies) > self.SMALL_KERNEL_ITERATIONS:
+            return False
         threads = parallel_num_threads()
         return outer >= threads and (
             outer % threads == 0
