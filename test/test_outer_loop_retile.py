@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from compile_utils import compile_and_inspect as _compile_and_inspect
+from compile_utils import compile_and_run
 from compile_utils import SEED_CONFIG
 
 # These tests isolate the re-tiling feature; loop ordering after fusion (the
@@ -153,3 +154,45 @@ def test_thread_guard_rolls_back_to_stock_loops():
 def test_split_is_exact_only(sizes, outer, expected):
     assert split_for_outer_extent(sizes, outer) == expected
 
+
+
+# --- the local-buffer miscompile of stock 2.13.0 ------------------------------
+
+
+def _stacked_terms(feats, rates, shift, scale):
+    # A strided column feeds a pointwise chain whose result is centered per
+    # row and stacked: the chain becomes an outer-loop local buffer, and the
+    # strided column makes every kernel vector-tile the outer (row) loop.
+    col = feats[..., 16]
+    shape = F.softplus(col) + 1e-4
+    lg = torch.special.gammaln(shape + shift)
+    e = torch.special.erf(col * scale)
+    mix = torch.logaddexp(lg, torch.special.xlogy(shape, F.softplus(rates) + 1e-4))
+    centered = mix - mix.mean(dim=-1, keepdim=True)
+    return torch.stack([centered, e, centered * e], dim=-1)
+
+
+def test_no_local_buffer_under_a_vector_tiled_outer_loop():
+    torch.manual_seed(0)
+    args = (
+        torch.randn(4, 8, 64) * 0.1,
+        torch.randn(4, 8) * 0.1,
+        torch.randn(8) * 0.1,
+        torch.zeros(8),
+    )
+    expected = _stacked_terms(*args)
+    # stock 2.13.0: all rows share one local buffer slot set -> wrong values
+    stock_out, stock = compile_and_run(_stacked_terms, args, overlay=False)
+    assert "local_buffer" in stock.code
+    assert not torch.allclose(stock_out[0], expected, atol=1e-6)
+    # patched: the attempt is dropped, results match eager
+    patched = compile_and_inspect(_stacked_terms, args)
+    assert "local_buffer" not in patched.code
+
+
+def test_groupnorm_dynamic_shapes_compile_and_stay_unsplit():
+    # Symbolic ranges have no order (shared outer levels are found by
+    # equality) and are never split: exact splits need static sizes.
+    gn = torch.nn.GroupNorm(4, 32)
+    patched = compile_and_inspect(gn, (torch.randn(3, 32, 5, 6),), dynamic=True)
+    assert patched.nests == [3]
