@@ -1,0 +1,134 @@
+"""Loop ordering after fusion on the C++ backend (cpp.loop_ordering_after_fusion).
+
+The flag keeps CPU loops unmerged until fusion, lets the scheduler reorder and
+reindex CPU loops to match fusion partners, and merges loops afterwards.  The
+tests check three things: the merge no longer breaks C++ codegen (the crash
+that made upstream skip CPU), results agree with eager and never need more
+loop nests than with the flag off, and the cost guard rolls back reorders
+that would make the innermost loop strided.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch._inductor.cpp_loop_ordering as cpp_loop_ordering
+from torch._inductor.scheduler import SchedulerNode
+
+from compile_utils import compile_and_inspect, SEED_CONFIG
+
+LOOP_ORDERING_ONLY = {"cpp.outer_loop_fusion_retile": False}
+
+
+def channels_last_layernorm():
+    ln = torch.nn.LayerNorm(32)
+    return (
+        lambda x: ln(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2),
+        (torch.randn(2, 32, 6, 7),),
+    )
+
+
+def layernorm_3d():
+    return torch.nn.LayerNorm(64), (torch.randn(2, 7, 64),)
+
+
+def seed_groupnorm():
+    return torch.nn.GroupNorm(2, 16), (torch.randn(2, 16, 8, 8),)
+
+
+def add_relu_and_spatial_sum():
+    x = torch.randn(2, 16, 8, 8).to(memory_format=torch.channels_last)
+    return (lambda x, y: ((x + y).relu().contiguous(), (x * y).sum((2, 3)))), (
+        x,
+        torch.randn(2, 16, 8, 8),
+    )
+
+
+def middle_dim_sum():
+    return (lambda x: (x * 2).sum(1) + 1), (torch.randn(4, 24, 40),)
+
+
+def log_softmax_middle_dim():
+    return (lambda x: torch.log_softmax(x, 1)), (torch.randn(4, 24, 16),)
+
+
+def avg_pool_channels_last():
+    x = torch.randn(2, 16, 9, 9).to(memory_format=torch.channels_last)
+    return (lambda x: F.relu(F.avg_pool2d(x, 3, 1, 1)) * 2 + 1), (x,)
+
+
+# Every one of these crashes C++ codegen when the loops of fused members are
+# merged one by one (see test_member_by_member_merge_breaks_codegen).
+PROGRAMS = [
+    channels_last_layernorm,
+    layernorm_3d,
+    seed_groupnorm,
+    add_relu_and_spatial_sum,
+    middle_dim_sum,
+    log_softmax_middle_dim,
+    avg_pool_channels_last,
+]
+
+
+@pytest.mark.parametrize("make", PROGRAMS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("cfg", [{}, SEED_CONFIG], ids=["default", "seed_config"])
+def test_matches_eager_and_never_adds_loop_nests(make, cfg):
+    fn, args = make()
+    off = compile_and_inspect(fn, args, overlay=False, extra_config=cfg)
+    on = compile_and_inspect(fn, args, extra_config={**LOOP_ORDERING_ONLY, **cfg})
+    assert on.total_nests <= off.total_nests
+
+
+def test_member_by_member_merge_breaks_codegen(monkeypatch):
+    # What upstream would do for CPU: merge each member's loops on its own.
+    # The members of a fused node then disagree on their loop groups.
+    def merge_each_member(node):
+        for snode in node.get_nodes():
+            if isinstance(snode, SchedulerNode):
+                snode.merge_loops()
+
+    monkeypatch.setattr(cpp_loop_ordering, "merge_loops_consistently", merge_each_member)
+    fn, args = layernorm_3d()
+    with pytest.raises(Exception, match="AssertionError"):
+        compile_and_inspect(fn, args, extra_config=LOOP_ORDERING_ONLY)
+
+
+def test_both_flags_compose_bfloat16():
+    fn, args = channels_last_layernorm()
+    args = tuple(a.bfloat16() for a in args)
+    on = compile_and_inspect(fn, args)
+    assert on.nests == [1]
+
+
+def test_dynamic_shapes():
+    fn, args = middle_dim_sum()
+    on = compile_and_inspect(fn, args, dynamic=True, extra_config=LOOP_ORDERING_ONLY)
+    off = compile_and_inspect(fn, args, dynamic=True, overlay=False)
+    assert on.total_nests <= off.total_nests
+
+
+def test_reorder_that_strides_the_inner_loop_is_rolled_back():
+    # Fusing softmax over dim 0 would need the output loop to run down the
+    # columns: a strided store for every element.  The cost guard refuses.
+    fn = lambda x: torch.softmax(x, 0)  # noqa: E731
+    args = (torch.randn(64, 96),)
+    on = compile_and_inspect(fn, args, extra_config=LOOP_ORDERING_ONLY)
+    off = compile_and_inspect(fn, args, overlay=False)
+    assert on.reordered == 0
+    assert on.kernels == off.kernels
+
+
+def test_reorder_that_keeps_strided_traffic_is_applied():
+    # a = x.t() * 2 reads x strided in one order and writes a strided in the
+    # other: the reorder toward the column reduction costs nothing, so it is
+    # taken (and the C++ group follows the new order).
+    def transpose_then_center(x):
+        a = x.t().contiguous() * 2
+        return a + a.sum(0, keepdim=True)
+
+    on = compile_and_inspect(
+        transpose_then_center, (torch.randn(32, 48),), extra_config=LOOP_ORDERING_ONLY
+    )
+    assert on.reordered == 1
