@@ -21,13 +21,14 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv test verify uninstall status demo build clean
+.PHONY: help install stock-venv test verify uninstall status demo bench build clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
 	@echo "make stock-venv  .venv-stock: pristine torch $(TORCH_VERSION) (reference)"
 	@echo "make test        install + stock-venv, then pytest $(TESTS)"
 	@echo "make demo        outer loop nests and timings, overlay flags off vs on"
+	@echo "make bench       benchmarks: eager vs stock vs patched -> bench/results/"
 	@echo "make verify      check .venv's torch against the pinned upstream hashes"
 	@echo "make status      what is applied to .venv's torch"
 	@echo "make uninstall   revert .venv's torch to pristine"
@@ -66,6 +67,12 @@ status: $(VENV)/.deps-installed
 
 uninstall: $(VENV)/.deps-installed
 	$(VENV_PY) -m tools.overlay revert
+
+# Benchmarks: eager vs compiled stock (flags off) vs patched, in one process.
+# BENCH_ARGS e.g. --threads 1 --only layernorm,groupnorm --reps 31
+BENCH_ARGS ?=
+bench: install
+	$(VENV_PY) -m tools.bench $(BENCH_ARGS)
 
 demo: install
 	@if [ -f tools/demo.py ]; then $(VENV_PY) -m tools.demo; else echo "no tools/demo.py yet"; fi
