@@ -10,8 +10,8 @@ machine's copy bandwidth measured in the same run (roofline ratio).
 
 glibc's malloc returns every output of 32 MiB or more to the kernel, so each
 call page-faults on fresh memory and those faults can hide the kernels.  The
-benchmark re-executes itself with GLIBC_TUNABLES that keep freed memory (say
-so in the output); ``--default-malloc`` measures with the default allocator.
+suite runs in a child process with GLIBC_TUNABLES that keep freed memory, then
+again in one with the default allocator, whose medians appear beside.
 
 Results go to bench/results/ as markdown, JSON and (when matplotlib is
 installed) a PNG chart.
@@ -228,8 +228,8 @@ def markdown_table(rows: list[dict], header: str) -> str:
     lines = [
         header,
         "",
-        "| workload | thr | eager ms | stock ms | patched ms | stock/eager | patched/eager | patched/stock | nests stock→patched | GB/s | roofline |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | thr | eager ms | stock ms | patched ms | stock/eager | patched/eager | patched/stock | nests stock→patched | GB/s | roofline | default malloc: eager / stock / patched ms | compile s stock / patched |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -237,7 +237,11 @@ def markdown_table(rows: list[dict], header: str) -> str:
             f"{r['stock_median_ms']:.2f} | {r['patched_median_ms']:.2f} | "
             f"{r['stock_over_eager']:.2f} | {r['patched_over_eager']:.2f} | "
             f"{r['patched_over_stock']:.2f} | {r['stock_nests']}→{r['patched_nests']} | "
-            f"{r['patched_gbs']:.1f} | {r['roofline']:.2f} |"
+            f"{r['patched_gbs']:.1f} | {r['roofline']:.2f} | "
+            f"{r.get('eager_default_malloc_ms', float('nan')):.2f} / "
+            f"{r.get('stock_default_malloc_ms', float('nan')):.2f} / "
+            f"{r.get('patched_default_malloc_ms', float('nan')):.2f} | "
+            f"{r['stock_compile_s']:.1f} / {r['patched_compile_s']:.1f} |"
         )
     return "\n".join(lines)
 
@@ -264,25 +268,16 @@ def _chart(rows: list[dict], path: Path) -> bool:
     return True
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", default=f"1,{os.cpu_count()}")
-    parser.add_argument("--reps", type=int, default=21)
-    parser.add_argument("--only", default="")
-    parser.add_argument("--default-malloc", action="store_true")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
-    opts = parser.parse_args(argv)
-
-    if not opts.default_malloc and os.environ.get("GLIBC_TUNABLES") != NO_PAGE_FAULT_TUNABLES:
-        env = {**os.environ, "GLIBC_TUNABLES": NO_PAGE_FAULT_TUNABLES}
-        os.execve(sys.executable, [sys.executable, "-m", "tools.bench", *sys.argv[1:]], env)
-
+def _run_suite(opts) -> dict:
+    """Measure every workload in this process (the allocator is already set)."""
     import torch
 
-    malloc = "default glibc malloc" if opts.default_malloc else f"GLIBC_TUNABLES={NO_PAGE_FAULT_TUNABLES}"
     only = {name for name in opts.only.split(",") if name}
     threads = sorted({int(t) for t in opts.threads.split(",")})
     copy_gbs = _copy_bandwidth(opts.reps)
+    # The first compile of a process pays for imports and the C++ toolchain
+    # probe; pay it here so that compile times compare stock and patched.
+    _compile(lambda x: x.sum(0) + 1, (torch.randn(8, 8),), overlay=False)
     rows = []
     for workload in _workloads():
         if only and workload.name not in only:
@@ -291,22 +286,81 @@ def main(argv=None) -> int:
             row = run_workload(workload, t, opts.reps, copy_gbs)
             rows.append(row)
             print(
-                f"{row['workload']:24s} t={t} eager {row['eager_median_ms']:.2f} "
+                f"  [{opts.malloc}] {row['workload']:24s} t={t} eager {row['eager_median_ms']:.2f} "
                 f"stock {row['stock_median_ms']:.2f} patched {row['patched_median_ms']:.2f} ms "
                 f"nests {row['stock_nests']}->{row['patched_nests']}",
                 flush=True,
             )
+    return {"torch": torch.__version__, "copy_gbs": copy_gbs, "rows": rows}
+
+
+def _run_child(opts, malloc: str, out: Path) -> dict:
+    """Run the suite in a fresh process with the chosen allocator settings."""
+    import subprocess
+
+    env = dict(os.environ)
+    env.pop("GLIBC_TUNABLES", None)
+    if malloc == "tuned":
+        env["GLIBC_TUNABLES"] = NO_PAGE_FAULT_TUNABLES
+    args = [
+        sys.executable, "-m", "tools.bench", "--child", str(out), "--malloc", malloc,
+        "--threads", opts.threads, "--reps", str(opts.reps), "--only", opts.only,
+    ]
+    subprocess.run(args, env=env, check=True)
+    return json.loads(out.read_text())
+
+
+def _merge_default_malloc(rows: list[dict], default_rows: list[dict]) -> None:
+    by_key = {(r["workload"], r["threads"]): r for r in default_rows}
+    for row in rows:
+        other = by_key.get((row["workload"], row["threads"]))
+        for name in ("eager", "stock", "patched"):
+            row[f"{name}_default_malloc_ms"] = (
+                other[f"{name}_median_ms"] if other else float("nan")
+            )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", default=f"1,{os.cpu_count()}")
+    parser.add_argument("--reps", type=int, default=21)
+    parser.add_argument("--only", default="")
+    parser.add_argument(
+        "--no-default-malloc",
+        action="store_true",
+        help="skip the second run with glibc's default allocator",
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--malloc", default="tuned", help=argparse.SUPPRESS)
+    opts = parser.parse_args(argv)
+
+    if opts.child:
+        opts.child.write_text(json.dumps(_run_suite(opts)))
+        return 0
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"allocator: GLIBC_TUNABLES={NO_PAGE_FAULT_TUNABLES} (no page faults on large outputs)")
+        tuned = _run_child(opts, "tuned", Path(tmp) / "tuned.json")
+        rows = tuned["rows"]
+        if not opts.no_default_malloc:
+            print("allocator: glibc default (outputs of 32 MiB or more page-fault on every call)")
+            default = _run_child(opts, "default", Path(tmp) / "default.json")
+            _merge_default_malloc(rows, default["rows"])
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     header = (
-        f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores, {stamp}; "
-        f"{malloc}; copy bandwidth {copy_gbs:.1f} GB/s; medians of {opts.reps} interleaved reps"
+        f"torch {tuned['torch']}, {platform.machine()}, {os.cpu_count()} cores, {stamp}; "
+        f"GLIBC_TUNABLES={NO_PAGE_FAULT_TUNABLES}; copy bandwidth {tuned['copy_gbs']:.1f} GB/s; "
+        f"medians of {opts.reps} interleaved reps; CPU pressure at the end: {_cpu_pressure()}"
     )
     table = markdown_table(rows, header)
     print(table)
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / "bench.md").write_text(table + "\n")
     (opts.out / "bench.json").write_text(
-        json.dumps({"header": header, "copy_gbs": copy_gbs, "rows": rows}, indent=2)
+        json.dumps({"header": header, "copy_gbs": tuned["copy_gbs"], "rows": rows}, indent=2)
     )
     if _chart(rows, opts.out / "bench.png"):
         print(f"chart: {opts.out / 'bench.png'}")
