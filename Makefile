@@ -72,6 +72,7 @@ uninstall: $(VENV)/.deps-installed
 # BENCH_ARGS e.g. --threads 1 --only layernorm,groupnorm --reps 31
 BENCH_ARGS ?=
 bench: install
+	$(VENV_PY) -m pip install --quiet matplotlib
 	$(VENV_PY) -m tools.bench $(BENCH_ARGS)
 
 demo: install
