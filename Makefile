@@ -6,7 +6,7 @@ SHELL := /bin/bash
 
 PYTHON ?= python3.11
 TORCH_VERSION := 2.13.0
-TEST_DEPS := numpy expecttest hypothesis pytest pytest-xdist
+TEST_DEPS := numpy expecttest hypothesis pytest pytest-xdist coverage
 VENV := .venv
 STOCK_VENV := .venv-stock
 VENV_PY := $(VENV)/bin/python
@@ -21,7 +21,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv test verify uninstall status demo bench build clean
+.PHONY: help install stock-venv test verify uninstall status demo bench fuzz build clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -29,6 +29,8 @@ help:
 	@echo "make test        install + stock-venv, then pytest $(TESTS)"
 	@echo "make demo        outer loop nests and timings, overlay flags off vs on"
 	@echo "make bench       benchmarks: eager vs stock vs patched -> bench/results/"
+	@echo "make fuzz        random programs: eager vs overlay flags off vs on (FUZZ_SECONDS,"
+	@echo "                 FUZZ_EXAMPLES, FUZZ_SEED, FUZZ_PROFILE, FUZZ_WORKERS, FUZZ_COVERAGE=1)"
 	@echo "make verify      check .venv's torch against the pinned upstream hashes"
 	@echo "make status      what is applied to .venv's torch"
 	@echo "make uninstall   revert .venv's torch to pristine"
@@ -74,6 +76,22 @@ BENCH_ARGS ?=
 bench: install
 	$(VENV_PY) -m pip install --quiet matplotlib
 	$(VENV_PY) -m tools.bench $(BENCH_ARGS)
+
+# make fuzz: tools/fuzz (README "Fuzzing").  Empty values take the profile's
+# defaults (dev: 300 s; a random seed, printed).  Failures -> test/regressions/.
+FUZZ_PROFILE ?= dev
+FUZZ_SECONDS ?=
+FUZZ_EXAMPLES ?=
+FUZZ_SEED ?=
+FUZZ_WORKERS ?= $(shell nproc)
+FUZZ_COVERAGE ?= 0
+FUZZ_ARGS ?=
+fuzz: install
+	@if [ "$(FUZZ_COVERAGE)" = 1 ]; then $(VENV_PY) -c 'import coverage' 2>/dev/null \
+	  || $(VENV_PY) -m pip install --quiet coverage; fi
+	$(VENV_PY) -m tools.fuzz run --profile "$(FUZZ_PROFILE)" --seconds "$(FUZZ_SECONDS)" \
+	  --examples "$(FUZZ_EXAMPLES)" --seed "$(FUZZ_SEED)" --workers "$(FUZZ_WORKERS)" \
+	  $(if $(filter 1,$(FUZZ_COVERAGE)),--coverage) $(FUZZ_ARGS)
 
 demo: install
 	@if [ -f tools/demo.py ]; then $(VENV_PY) -m tools.demo; else echo "no tools/demo.py yet"; fi

@@ -28,6 +28,7 @@ class Compiled:
     retiled: int  # metrics.cpp_outer_loop_retiled
     outer_fused: int  # outer-loop fusions that merged (stock counter)
     code: str
+    reordered: int = 0  # metrics.num_loop_reordering
 
     @property
     def total_nests(self) -> int:
@@ -53,15 +54,19 @@ def _as_tuple(value):
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
-def compile_and_inspect(
+def compile_and_run(
     fn: Callable,
     args: Sequence[torch.Tensor],
     *,
     overlay: bool = True,
     dynamic: bool = False,
     extra_config: dict | None = None,
-) -> Compiled:
-    """Compile ``fn`` fresh, check it against eager, return its loop structure."""
+) -> tuple[tuple, Compiled]:
+    """Compile ``fn`` fresh and run it once: its outputs and loop structure.
+
+    No comparison with eager; ``compile_and_inspect`` adds that.  The fuzzer
+    (tools/fuzz) compares the outputs itself, flags on against flags off.
+    """
     torch._dynamo.reset()
     metrics.reset()
     patch = {
@@ -73,12 +78,30 @@ def compile_and_inspect(
         actual, code = run_and_get_cpp_code(
             torch.compile(fn, dynamic=dynamic, fullgraph=True), *args
         )
-        expected = fn(*args)
-    for got, want in zip(_as_tuple(actual), _as_tuple(expected), strict=True):
-        torch.testing.assert_close(got, want, **tolerance(want.dtype))
-    return Compiled(
+    compiled = Compiled(
         nests=[k.nests for k in analyze(code)],
         retiled=metrics.cpp_outer_loop_retiled,
         outer_fused=len(metrics.cpp_outer_loop_fused_inner_counts),
         code=code,
+        reordered=metrics.num_loop_reordering,
     )
+    return _as_tuple(actual), compiled
+
+
+def compile_and_inspect(
+    fn: Callable,
+    args: Sequence[torch.Tensor],
+    *,
+    overlay: bool = True,
+    dynamic: bool = False,
+    extra_config: dict | None = None,
+) -> Compiled:
+    """Compile ``fn`` fresh, check it against eager, return its loop structure."""
+    actual, compiled = compile_and_run(
+        fn, args, overlay=overlay, dynamic=dynamic, extra_config=extra_config
+    )
+    with torch.no_grad():
+        expected = fn(*args)
+    for got, want in zip(actual, _as_tuple(expected), strict=True):
+        torch.testing.assert_close(got, want, **tolerance(want.dtype))
+    return compiled

@@ -1,0 +1,113 @@
+"""python -m tools.fuzz run|sample|worker  (see tools/fuzz/runner.py, README "Fuzzing")."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _int_or_none(text: str) -> int | None:
+    return int(text) if text not in ("", "none", "None") else None
+
+
+def _float_or_none(text: str) -> float | None:
+    return float(text) if text not in ("", "none", "None") else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tools.fuzz", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="fuzz with N worker processes, then print a summary")
+    run.add_argument("--profile", default="dev", choices=["ci", "dev", "nightly"])
+    run.add_argument("--seconds", type=_float_or_none, default=None,
+                     help="stop starting new programs after this long (default: the profile's)")
+    run.add_argument("--examples", type=_int_or_none, default=None,
+                     help="programs to try, all workers together (default: the profile's)")
+    run.add_argument("--seed", type=_int_or_none, default=None,
+                     help="worker i uses seed+i (default: 0 for ci, random otherwise)")
+    run.add_argument("--workers", type=_int_or_none, default=None,
+                     help="worker processes (default: the number of cores, at most 8)")
+    run.add_argument("--coverage", action="store_true",
+                     help="line coverage of the overlay modules and patched hunks")
+    run.add_argument("--repro-dir", type=Path, default=None,
+                     help="where failure repros go (default: test/regressions)")
+    run.add_argument("--out", type=Path, default=None, help="run directory (default: build/fuzz/...)")
+    run.add_argument("--focus", default="all", choices=["all", "norms", "layouts"],
+                     help="weight the op mix towards norms or layout changes")
+    run.add_argument("--max-ops", type=_int_or_none, default=None)
+    run.add_argument("--no-shrink", action="store_true", help="report failures unshrunk (faster)")
+
+    sample = sub.add_parser("sample", help="print random programs from the strategy")
+    sample.add_argument("-n", type=int, default=3)
+    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--focus", default="all", choices=["all", "norms", "layouts"])
+    sample.add_argument("--max-ops", type=int, default=6)
+
+    worker = sub.add_parser("worker", help="(internal) one worker of `run`")
+    worker.add_argument("--index", type=int, required=True)
+    worker.add_argument("--seed", type=int, required=True)
+    worker.add_argument("--examples", type=int, required=True)
+    worker.add_argument("--deadline", type=float, required=True)
+    worker.add_argument("--profile", required=True)
+    worker.add_argument("--out", type=Path, required=True)
+    worker.add_argument("--repro-dir", type=Path, required=True)
+    worker.add_argument("--focus", default="all")
+    worker.add_argument("--max-ops", type=int, default=None)
+    worker.add_argument("--no-shrink", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "worker":
+        from .runner import WorkerOptions, run_worker
+
+        options = WorkerOptions(
+            index=args.index, seed=args.seed, examples=args.examples,
+            deadline=args.deadline, profile=args.profile, out_dir=args.out,
+            repro_dir=args.repro_dir, focus=args.focus, shrink=not args.no_shrink,
+            max_ops=args.max_ops,
+        )  # fmt: skip
+        run_worker(options)
+        return 0
+    if args.command == "sample":
+        return _sample(args)
+    from .runner import run_fuzz
+
+    summary = run_fuzz(
+        args.profile, seconds=args.seconds, examples=args.examples, seed=args.seed,
+        workers=args.workers, coverage=args.coverage, repro_dir=args.repro_dir,
+        out_dir=args.out, focus=args.focus, shrink=not args.no_shrink, max_ops=args.max_ops,
+    )  # fmt: skip
+    return 0 if summary.ok else 1
+
+
+def _sample(args) -> int:
+    import random
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hseed
+
+    from .strategy import StrategyParams, fuzz_cases
+
+    shown: list = []
+
+    @hseed(args.seed)
+    @settings(max_examples=args.n * 20, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(fuzz_cases(StrategyParams(max_ops=args.max_ops, focus=args.focus)))
+    def collect(case):
+        shown.append(case)
+
+    collect()
+    for case in random.Random(args.seed).sample(shown, min(args.n, len(shown))):
+        print(f"# inputs {case.inputs}\n# input seed {case.input_seed}, dynamic "
+              f"{case.dynamic}, config {case.config}")  # fmt: skip
+        print(case.source)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

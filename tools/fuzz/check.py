@@ -1,0 +1,244 @@
+"""The fuzz check: eager vs compiled with the overlay flags off vs on.
+
+``check_case`` runs the program eagerly, compiles it fresh twice under the
+case's config variant (``compile_utils.compile_and_run``: flags off, then on)
+and classifies the outcome:
+
+``ok``          both compiled runs agree with eager, and with each other;
+``ours``        the overlay's fault: flags on crashes where flags off does
+                not, or flags on disagrees with flags off (tight tolerance)
+                while flags off agrees with eager;
+``stock``       stock is wrong too (flags off crashes or disagrees with
+                eager): an upstream bug, reported apart from ours;
+``borderline``  flags on misses the eager tolerance but agrees tightly with
+                flags off, which passes: numerical noise, not a failure;
+``invalid``     eager itself raises or produces inf/nan: not a test case.
+
+Tolerances are relative to each output's magnitude: ``atol = tol * max(1,
+max|expected|)`` and ``rtol = tol``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from .program import CONFIGS, FuzzCase
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT / "test") not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT / "test"))  # compile_utils lives with the tests
+
+import compile_utils
+
+# (eager vs compiled, flags on vs flags off), relative to magnitude.  Both
+# compiled runs compute half-precision ops in float32 and round the same
+# buffers, so they agree far more tightly than either agrees with eager.
+TOLERANCE = {
+    "float32": (1e-4, 1e-5),
+    "low_precision": (3e-2, 1e-2),
+}
+
+
+def tolerances(case: FuzzCase) -> tuple[float, float]:
+    return TOLERANCE["low_precision" if case.low_precision else "float32"]
+
+
+@dataclasses.dataclass
+class Comparison:
+    ok: bool
+    worst: float  # largest error in units of the tolerance (> 1 fails)
+    detail: str = ""
+
+
+def compare(got: tuple, want: tuple, tol: float) -> Comparison:
+    """Every output within ``tol`` of the reference, relative to its magnitude."""
+    if len(got) != len(want):
+        return Comparison(False, float("inf"), f"{len(got)} outputs, expected {len(want)}")
+    worst = 0.0
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            detail = (
+                f"output {i}: {_dtype(g)}{list(g.shape)}, expected {_dtype(w)}{list(w.shape)}"
+            )
+            return Comparison(False, float("inf"), detail)
+        g64, w64 = g.double(), w.double()
+        nan_mismatch = bool((g64.isnan() != w64.isnan()).any())
+        scale = max(1.0, float(w64.nan_to_num(0.0).abs().max()) if w64.numel() else 1.0)
+        allowed = tol * scale + tol * w64.abs()
+        excess = ((g64 - w64).abs() / allowed).nan_to_num(0.0, posinf=float("inf"))
+        both_inf = (g64 == w64) & g64.isinf()
+        ratio = float(excess.masked_fill(both_inf, 0.0).max()) if excess.numel() else 0.0
+        if nan_mismatch:
+            ratio = float("inf")
+        worst = max(worst, ratio)
+        if ratio > 1.0:
+            diff = (g64 - w64).abs().nan_to_num(float("inf"))
+            flat = int(diff.argmax())
+            index = list(torch.unravel_index(torch.tensor(flat), w.shape)) if w.dim() else []
+            at = tuple(int(i) for i in index)
+            detail = (
+                f"output {i} {_dtype(w)}{list(w.shape)}: max |diff| {float(diff.max()):.3g} at "
+                f"{at} (got {float(g64.flatten()[flat]):.6g}, expected "
+                f"{float(w64.flatten()[flat]):.6g}), {ratio:.3g}x the tolerance "
+                f"(tol {tol:g}, magnitude {scale:.3g})"
+            )
+            return Comparison(False, worst, detail)
+    return Comparison(True, worst)
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+@dataclasses.dataclass
+class CheckResult:
+    status: str  # ok | ours | stock | borderline | invalid
+    kind: str = ""  # short description of the failure
+    message: str = ""
+    stats: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "ours"
+
+    @property
+    def crashed(self) -> bool:
+        return self.kind.startswith("crash")
+
+
+class _SplitCounter:
+    """Counts outer-loop splits the overlay applies (inside Scheduler.can_fuse).
+
+    A wrapper around cpp_outer_loop_split._apply_split that only counts; the
+    split is the overlay's only step without a metric of its own.
+    """
+
+    count = 0
+    installed = False
+
+    @classmethod
+    def install(cls) -> None:
+        if cls.installed:
+            return
+        cls.installed = True
+        try:
+            from torch._inductor.codegen import cpp_outer_loop_split as split
+        except ImportError:
+            return
+        original = getattr(split, "_apply_split", None)
+        if original is None:
+            return
+
+        def counting_apply_split(*args, **kwargs):
+            cls.count += 1
+            return original(*args, **kwargs)
+
+        split._apply_split = counting_apply_split
+
+
+def _compile(case: FuzzCase, fn, args, overlay: bool):
+    """(outputs, Compiled, seconds, splits) or the exception compiling/running raised."""
+    _SplitCounter.install()
+    _SplitCounter.count = 0
+    start = time.perf_counter()
+    try:
+        outputs, compiled = compile_utils.compile_and_run(
+            fn, args, overlay=overlay, dynamic=case.dynamic, extra_config=CONFIGS[case.config]
+        )
+    except Exception as exc:  # noqa: BLE001 - any crash is a finding
+        return exc
+    return outputs, compiled, time.perf_counter() - start, _SplitCounter.count
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = next((line for line in text if line.strip()), "")
+    return f"{type(exc).__name__}: {first[:300]}"
+
+
+def check_case(case: FuzzCase) -> CheckResult:
+    fn = case.build()
+    args = case.make_inputs()
+    warnings.filterwarnings("ignore", message=".*dynamo_pgo force disabled.*")
+    try:
+        with torch.no_grad():
+            out = fn(*args)
+            expected = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    except Exception as exc:  # noqa: BLE001
+        return CheckResult("invalid", "eager error", _describe(exc))
+    if not all(torch.isfinite(t).all() for t in expected):
+        return CheckResult("invalid", "eager inf/nan")
+
+    off = _compile(case, fn, args, overlay=False)
+    on = _compile(case, fn, args, overlay=True)
+    stats = _stats(off, on)
+    if isinstance(off, Exception) or isinstance(on, Exception):
+        if isinstance(on, Exception) and not isinstance(off, Exception):
+            return CheckResult("ours", "crash with flags on", _describe(on), stats)
+        if isinstance(off, Exception) and isinstance(on, Exception):
+            return CheckResult("stock", "crash with flags on and off", _describe(off), stats)
+        return CheckResult("stock", "crash with flags off only", _describe(off), stats)
+
+    eager_tol, tight_tol = tolerances(case)
+    off_vs_eager = compare(off[0], expected, eager_tol)
+    on_vs_eager = compare(on[0], expected, eager_tol)
+    on_vs_off = compare(on[0], off[0], tight_tol)
+    stats.update(err_off=off_vs_eager.worst, err_on=on_vs_eager.worst, err_on_off=on_vs_off.worst)
+    if not off_vs_eager.ok:
+        note = "" if on_vs_off.ok else f"; flags on also differs from flags off: {on_vs_off.detail}"
+        return CheckResult(
+            "stock", "flags off disagrees with eager", off_vs_eager.detail + note, stats
+        )
+    if not on_vs_off.ok:
+        eager_note = (
+            f"flags on vs eager: {on_vs_eager.detail}"
+            if not on_vs_eager.ok
+            else "flags on is within the eager tolerance"
+        )
+        return CheckResult(
+            "ours",
+            "flags on disagrees with flags off",
+            f"{on_vs_off.detail}; {eager_note}; flags off agrees with eager",
+            stats,
+        )
+    if not on_vs_eager.ok:
+        return CheckResult("borderline", "flags on misses the eager tolerance", on_vs_eager.detail, stats)
+    return CheckResult("ok", stats=stats)
+
+
+def _stats(off, on) -> dict:
+    stats: dict = {}
+    for name, result in (("off", off), ("on", on)):
+        if isinstance(result, Exception):
+            continue
+        _, compiled, seconds, splits = result
+        stats[f"nests_{name}"] = compiled.total_nests
+        stats[f"kernels_{name}"] = len(compiled.nests)
+        stats[f"outer_fused_{name}"] = compiled.outer_fused
+        stats[f"compile_s_{name}"] = round(seconds, 3)
+        if name == "on":
+            stats["retiled"] = compiled.retiled
+            stats["reordered"] = compiled.reordered
+            stats["splits"] = splits
+    if not isinstance(off, Exception) and not isinstance(on, Exception):
+        stats["code_differs"] = off[1].kernels != on[1].kernels
+    return stats
+
+
+def assert_overlay_agrees(case: FuzzCase) -> CheckResult:
+    """The regression-test form of the check (test/regressions/test_fuzz_*.py)."""
+    import pytest
+
+    result = check_case(case)
+    if result.status == "invalid":
+        pytest.fail(f"not a valid case any more: {result.kind}: {result.message}")
+    if result.status == "stock":
+        pytest.skip(f"stock is wrong here too ({result.kind}): {result.message}")
+    assert result.status != "ours", f"{result.kind}: {result.message}\n\n{case.source}"
+    return result

@@ -1,0 +1,262 @@
+"""Fuzz programs as data: input specs, op specs, and the Python source they print.
+
+A program is a straight-line function over its inputs.  Every op is an
+``OpSpec`` (a kind, the names it reads, its parameters, the names it defines)
+and renders to one line of Python; ``Program.source()`` prints the whole
+function.  The fuzzer compiles exactly that source (``FuzzCase.build``), so a
+repro file that carries the source and the input specs rebuilds the same
+program without pickling anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from typing import Any
+
+import torch
+
+DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+# Input layouts.  Each one gives a tensor of the spec's shape whose strides
+# differ from the contiguous ones (except "contiguous").
+LAYOUTS = ("contiguous", "channels_last", "transposed", "strided", "offset", "expanded")
+
+# Config variants the check compiles under (both with the overlay flags on
+# and off).  "seed" is the forum report's config: every small op becomes its
+# own scheduler node, so fusion decides everything.
+CONFIGS: dict[str, dict] = {
+    "default": {},
+    "seed": {"realize_opcount_threshold": 1, "inplace_buffers": False},
+}
+
+SOURCE_HEADER = "import torch\nimport torch.nn.functional as F\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """One input tensor: logical shape, dtype, memory layout, role."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    layout: str = "contiguous"
+    role: str = "data"  # "data" (x*) or "weight" (w*: norm weights, broadcast operands)
+
+    def make(self, generator: torch.Generator | None, device: str = "cpu") -> torch.Tensor:
+        """The tensor, filled from ``generator`` (ignored on the meta device)."""
+        shape, layout = tuple(self.shape), self.layout
+        if layout == "transposed" and len(shape) >= 2:
+            storage = (*shape[:-2], shape[-1], shape[-2])
+        elif layout == "strided" and shape:
+            storage = (*shape[:-1], 2 * shape[-1])
+        elif layout == "offset" and shape:
+            storage = (*shape[:-1], shape[-1] + 1)
+        elif layout == "expanded" and shape:
+            storage = (1, *shape[1:])
+        else:
+            storage = shape
+        dtype = DTYPES[self.dtype]
+        if device == "meta":
+            base = torch.empty(storage, dtype=dtype, device="meta")
+        else:
+            base = torch.randn(storage, generator=generator, dtype=torch.float32)
+            if self.role == "weight":
+                base = 1.0 + 0.5 * base
+            base = base.to(dtype)
+        if layout == "channels_last" and len(shape) == 4:
+            return base.contiguous(memory_format=torch.channels_last)
+        if layout == "channels_last" and len(shape) == 5:
+            return base.contiguous(memory_format=torch.channels_last_3d)
+        if layout == "transposed" and len(shape) >= 2:
+            return base.transpose(-1, -2)
+        if layout == "strided" and shape:
+            return base[..., ::2]
+        if layout == "offset" and shape:
+            return base[..., 1:]
+        if layout == "expanded" and shape:
+            return base.expand(shape)
+        return base
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """One statement: ``outs = <kind rendered with args and params>``."""
+
+    kind: str
+    args: tuple[str, ...]
+    params: tuple[tuple[str, Any], ...]
+    outs: tuple[str, ...]
+
+    def param(self, name: str, default=None):
+        return dict(self.params).get(name, default)
+
+    def render(self) -> str:
+        expr = RENDERERS[self.kind](self.args, dict(self.params))
+        return f"{', '.join(self.outs)} = {expr}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    inputs: tuple[InputSpec, ...]
+    ops: tuple[OpSpec, ...]
+    outputs: tuple[str, ...]
+
+    def input_names(self) -> list[str]:
+        return input_names(self.inputs)
+
+    def source(self) -> str:
+        lines = [SOURCE_HEADER, "", f"def program({', '.join(self.input_names())}):"]
+        lines += [f"    {op.render()}" for op in self.ops]
+        lines.append(f"    return ({', '.join(self.outputs)},)")
+        return "\n".join(lines) + "\n"
+
+    def kinds(self) -> list[str]:
+        return [op.kind for op in self.ops]
+
+
+def input_names(inputs) -> list[str]:
+    return [("w" if spec.role == "weight" else "x") + str(i) for i, spec in enumerate(inputs)]
+
+
+@dataclasses.dataclass(frozen=True)
+class FuzzCase:
+    """What one fuzz example checks: a program's source, its inputs, how to compile."""
+
+    source: str
+    inputs: tuple[InputSpec, ...]
+    input_seed: int = 0
+    dynamic: bool = False
+    config: str = "default"
+    kinds: tuple[str, ...] = ()  # op kinds, for statistics only
+
+    @classmethod
+    def from_program(cls, program: Program, **kwargs) -> FuzzCase:
+        return cls(
+            source=program.source(),
+            inputs=tuple(program.inputs),
+            kinds=tuple(program.kinds()),
+            **kwargs,
+        )
+
+    def build(self):
+        """The program function, executed from ``source``."""
+        namespace: dict[str, Any] = {}
+        exec(compile(self.source, "<fuzz program>", "exec"), namespace)  # noqa: S102
+        return namespace["program"]
+
+    def make_inputs(self, device: str = "cpu") -> list[torch.Tensor]:
+        generator = torch.Generator().manual_seed(self.input_seed)
+        return [spec.make(generator, device) for spec in self.inputs]
+
+    @property
+    def low_precision(self) -> bool:
+        return any(spec.dtype != "float32" for spec in self.inputs) or (
+            "bfloat16" in self.source or "float16" in self.source
+        )
+
+    def digest(self) -> str:
+        key = repr((self.source, self.inputs, self.input_seed, self.dynamic, self.config))
+        return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+# --- rendering -------------------------------------------------------------
+
+
+def _dims(dims) -> str:
+    dims = list(dims)
+    return f"({dims[0]},)" if len(dims) == 1 else "(" + ", ".join(map(str, dims)) + ")"
+
+
+def _slice(p) -> str:
+    start, stop, step = p["start"], p["stop"], p["step"]
+    part = f"{'' if start is None else start}:{'' if stop is None else stop}"
+    if step != 1:
+        part += f":{step}"
+    return "[" + ":, " * p["dim"] + part + "]"
+
+
+UNARY = {
+    "relu": "torch.relu({a})",
+    "gelu": "F.gelu({a})",
+    "exp": "torch.exp({a}.clamp(-6, 6))",
+    "sigmoid": "torch.sigmoid({a})",
+    "tanh": "torch.tanh({a})",
+    "silu": "F.silu({a})",
+    "abs": "torch.abs({a})",
+    "neg": "-{a}",
+    "square": "{a} * {a}",
+    "affine": "{a} * 0.5 + 1.25",
+    "rsqrt": "torch.rsqrt({a}.abs() + 1)",
+    "log1p": "torch.log1p({a}.abs())",
+}
+
+BINARY = {
+    "add": "{a} + {b}",
+    "mul": "{a} * {b}",
+    "sub": "{a} - {b}",
+    "maximum": "torch.maximum({a}, {b})",
+    "div": "{a} / ({b}.abs() + 1)",
+    "where": "torch.where({a} > 0, {a}, {b})",
+    "where_cmp": "torch.where({a} > {b}, {b}, {a} * 0.5)",
+}
+
+
+def _render_norm(args, p) -> str:
+    x, *rest = args
+    weight, bias = (rest + [None, None])[:2]
+    kind = p["norm"]
+    if kind == "layer_norm":
+        return f"F.layer_norm({x}, {_dims(p['shape'])}, {weight}, {bias}, eps=1e-5)"
+    if kind == "group_norm":
+        return f"F.group_norm({x}, {p['groups']}, {weight}, {bias}, eps=1e-5)"
+    if kind == "rms_norm":
+        core = f"{x} * torch.rsqrt({x}.pow(2).mean({p['dim']}, keepdim=True) + 1e-6)"
+        return f"{core} * {weight}" if weight else core
+    if kind == "manual_layer_norm":  # mean/var spelled out, as models often do
+        d = p["dim"]
+        return (
+            f"({x} - {x}.mean({d}, keepdim=True)) * torch.rsqrt("
+            f"{x}.var({d}, keepdim=True, correction=0) + 1e-5)"
+        )
+    raise ValueError(kind)
+
+
+def _render_reduce(args, p) -> str:
+    (a,) = args
+    op, dims, keep = p["op"], _dims(p["dims"]), p["keepdim"]
+    if op in ("var_mean", "var", "std"):
+        return f"torch.{op}({a}, dim={dims}, keepdim={keep}, correction={p['correction']})"
+    return f"torch.{op}({a}, dim={dims}, keepdim={keep})"
+
+
+RENDERERS = {
+    "unary": lambda args, p: UNARY[p["op"]].format(a=args[0]),
+    "binary": lambda args, p: BINARY[p["op"]].format(a=args[0], b=args[1]),
+    "reduce": _render_reduce,
+    "norm": _render_norm,
+    "softmax": lambda args, p: f"torch.{p['op']}({args[0]}, dim={p['dim']})",
+    "reshape": lambda args, p: f"{args[0]}.{p['method']}{_dims(p['shape'])}",
+    "permute": lambda args, p: (
+        f"{args[0]}.permute{_dims(p['perm'])}"
+        + (".contiguous()" if p["contiguous"] else "")
+    ),
+    "to_channels_last": lambda args, p: (
+        f"{args[0]}.contiguous(memory_format=torch.channels_last)"
+    ),
+    "slice": lambda args, p: f"{args[0]}{_slice(p)}",
+    "cat": lambda args, p: f"torch.cat([{', '.join(args)}], dim={p['dim']})",
+    "pool": lambda args, p: (
+        f"F.{p['op']}({args[0]}, {p['kernel']}, stride={p['stride']}, "
+        f"padding={p['padding']})"
+    ),
+    "cast": lambda args, p: f"{args[0]}.to(torch.{p['dtype']})",
+}

@@ -1,0 +1,567 @@
+"""Run the fuzzer: profiles, worker processes, progress line and summary.
+
+``run_fuzz`` starts N worker processes (``python -m tools.fuzz worker``), each
+running hypothesis with its own seed over ``strategy.fuzz_cases`` and the
+check in ``check.py``.  Workers append JSON records to ``worker<i>.jsonl`` in
+the run directory (``build/fuzz/<run>/``); the parent reads them for the
+progress line and the summary.  On a failure hypothesis shrinks the program
+and the worker writes a repro to ``test/regressions/`` (``repro.py``).
+
+Profiles (hypothesis settings plus strategy size):
+
+``ci``       24 programs, derandomized (fixed seeds), no example database;
+             what ``make test`` runs (test/test_fuzz.py)
+``dev``      until ``--seconds`` (default 300) or ``--examples``; random
+             seeds unless given; failures are saved in .hypothesis/ and
+             replayed first on the next run
+``nightly``  larger programs (up to 10 ops), an hour by default
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = REPO_ROOT / "build" / "fuzz"
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    name: str
+    examples: int  # programs per run (all workers together)
+    seconds: float | None  # generation time budget; None: until `examples`
+    max_ops: int
+    derandomize: bool
+    database: bool
+    shrink_grace: float  # extra seconds for shrinking a failure found late
+
+
+PROFILES = {
+    "ci": Profile("ci", 24, None, 6, True, False, 90),
+    "dev": Profile("dev", 100_000, 300, 7, False, True, 240),
+    "nightly": Profile("nightly", 1_000_000, 3600, 10, False, True, 900),
+}
+
+
+class _TimeUp(BaseException):
+    """Ends a worker's hypothesis run (BaseException: hypothesis lets it through)."""
+
+
+class OverlayMismatch(AssertionError):
+    pass
+
+
+class OverlayCrash(AssertionError):
+    pass
+
+
+# --- worker ------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class WorkerOptions:
+    index: int
+    seed: int
+    examples: int
+    deadline: float  # time.time() after which no new program starts
+    profile: str
+    out_dir: Path
+    repro_dir: Path
+    focus: str = "all"
+    shrink: bool = True
+    max_ops: int | None = None
+
+
+class _Recorder:
+    def __init__(self, path: Path):
+        self.file = path.open("a", buffering=1)
+
+    def write(self, record_type: str, **fields) -> None:
+        self.file.write(json.dumps({"type": record_type, "t": time.time(), **fields}) + "\n")
+
+
+def case_to_json(case) -> dict:
+    return dataclasses.asdict(case)
+
+
+def case_from_json(data: dict):
+    from .program import FuzzCase, InputSpec
+
+    inputs = tuple(
+        InputSpec(**{**spec, "shape": tuple(spec["shape"])}) for spec in data["inputs"]
+    )
+    return FuzzCase(**{**data, "inputs": inputs, "kinds": tuple(data.get("kinds", ()))})
+
+
+def hypothesis_settings(profile: Profile, examples: int, shrink: bool):
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
+    if shrink:
+        phases.append(Phase.shrink)
+    database = (
+        DirectoryBasedExampleDatabase(str(REPO_ROOT / ".hypothesis" / "fuzz"))
+        if profile.database
+        else None
+    )
+    return settings(
+        max_examples=max(1, examples),
+        deadline=None,
+        derandomize=profile.derandomize,
+        database=database,
+        phases=phases,
+        print_blob=False,
+        report_multiple_bugs=True,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+def run_worker(opts: WorkerOptions) -> None:
+    import warnings
+
+    from hypothesis import given, reject, seed
+
+    from .check import check_case
+    from .repro import write_repro
+    from .strategy import StrategyParams, fuzz_cases
+
+    warnings.filterwarnings("ignore")
+    profile = PROFILES[opts.profile]
+    params = StrategyParams(max_ops=opts.max_ops or profile.max_ops, focus=opts.focus)
+    rec = _Recorder(opts.out_dir / f"worker{opts.index}.jsonl")
+    rec.write("begin", seed=opts.seed, examples=opts.examples, pid=os.getpid())
+    failures: dict[str, tuple] = {}  # kind -> (case, result), the latest is the smallest
+    stock_seen: set[str] = set()
+    grew_seen: set[str] = set()
+    stock_dir = opts.out_dir / "stock_wrong"
+
+    checked: dict[str, object] = {}  # digest -> CheckResult: hypothesis repeats programs
+
+    def fuzz_one(case):
+        if time.time() > opts.deadline + (profile.shrink_grace if failures else 0):
+            raise _TimeUp
+        digest = case.digest()
+        result = checked.get(digest)
+        if result is None:
+            rec.write("start", case=case_to_json(case))
+            result = checked[digest] = check_case(case)
+            record(case, result, digest)
+        if result.status == "invalid":
+            reject()
+        if result.failed:
+            failures[result.kind] = (case, result)
+            if result.crashed:
+                raise OverlayCrash(f"{result.kind}: {result.message}")
+            raise OverlayMismatch(f"{result.kind}: {result.message}")
+
+    def record(case, result, digest):
+        rec.write(
+            "example",
+            status=result.status,
+            kind=result.kind,
+            message=result.message[:2000] if result.status != "ok" else "",
+            stats=result.stats,
+            kinds=list(case.kinds),
+            config=case.config,
+            dynamic=case.dynamic,
+            low_precision=case.low_precision,
+            shrinking=bool(failures),
+            digest=digest,
+        )
+        grew = result.stats.get("nests_on", 0) > result.stats.get("nests_off", 1 << 30)
+        if grew and len(grew_seen) < 20 and not failures:
+            grew_seen.add(digest)
+            write_repro(
+                case, "flags on emits more loop nests than flags off",
+                f"{result.stats['nests_off']} loop nests with flags off, "
+                f"{result.stats['nests_on']} with flags on (not a correctness failure)",
+                opts.out_dir / "more_nests",
+            )  # fmt: skip
+        if result.status == "stock" and result.kind not in stock_seen:
+            stock_seen.add(result.kind)
+            path = write_repro(case, f"stock also wrong: {result.kind}", result.message, stock_dir)
+            rec.write("stock", kind=result.kind, message=result.message[:2000], path=str(path))
+
+    test = seed(opts.seed)(
+        hypothesis_settings(profile, opts.examples, opts.shrink)(given(fuzz_cases(params))(fuzz_one))
+    )
+    reason = "examples"
+    try:
+        test()
+    except _TimeUp:
+        reason = "time"
+    except Exception as exc:  # noqa: BLE001 - hypothesis re-raises the shrunk failure(s)
+        reason = "failure" if failures else f"error: {type(exc).__name__}: {exc}"
+    for kind, (case, result) in failures.items():
+        path = write_repro(
+            case,
+            kind,
+            result.message,
+            opts.repro_dir,
+            found_by=f"tools.fuzz (profile {opts.profile}, worker seed {opts.seed})",
+        )
+        rec.write(
+            "failure", kind=kind, message=result.message[:4000], path=str(path),
+            source=case.source, case=case_to_json(case),
+        )  # fmt: skip
+    rec.write("done", reason=reason)
+
+
+# --- parent ------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Summary:
+    profile: str
+    workers: int
+    seeds: list[int]
+    seconds: float
+    out_dir: Path
+    records: list[dict]
+    failures: list[dict]
+    stock: list[dict]
+    crashed_workers: list[str]
+    coverage: dict | None = None
+
+    @property
+    def examples(self) -> list[dict]:
+        return [r for r in self.records if r["type"] == "example"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not self.crashed_workers
+
+    def stats(self) -> dict:
+        return aggregate(self.examples)
+
+
+def aggregate(examples: list[dict]) -> dict:
+    checked = [r for r in examples if r["status"] != "invalid"]
+    by_status = collections.Counter(r["status"] for r in examples)
+    s = collections.Counter()
+    programs_with = collections.Counter()
+    for r in checked:
+        st = r["stats"]
+        for key in ("nests_off", "nests_on", "outer_fused_off", "outer_fused_on",
+                    "retiled", "reordered", "splits", "compile_s_off", "compile_s_on"):  # fmt: skip
+            s[key] += st.get(key, 0) or 0
+            if key in st:
+                s[f"n_{key}"] += 1
+            if st.get(key):
+                programs_with[key] += 1
+        programs_with["code_differs"] += bool(st.get("code_differs"))
+        programs_with["more_nests"] += st.get("nests_on", 0) > st.get("nests_off", 1 << 30)
+    kinds = collections.Counter(k for r in checked for k in r.get("kinds", ()))
+    return {
+        "tried": len(examples),
+        "checked": len(checked),
+        "shrinking": sum(1 for r in examples if r.get("shrinking")),
+        "status": dict(by_status),
+        "totals": dict(s),
+        "programs_with": dict(programs_with),
+        "kinds": dict(kinds.most_common()),
+        "configs": dict(collections.Counter(r["config"] for r in checked)),
+        "dynamic": sum(1 for r in checked if r.get("dynamic")),
+        "low_precision": sum(1 for r in checked if r.get("low_precision")),
+    }
+
+
+def _read_records(out_dir: Path, workers: int) -> list[dict]:
+    records = []
+    for i in range(workers):
+        path = out_dir / f"worker{i}.jsonl"
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                records.append({**json.loads(line), "worker": i})
+            except json.JSONDecodeError:
+                pass  # a line being written
+    return records
+
+
+def _progress_line(elapsed: float, records: list[dict]) -> str:
+    ex = [r for r in records if r["type"] == "example"]
+    agg = aggregate(ex)
+    st, pw = agg["status"], agg["programs_with"]
+    reported = sum(1 for r in records if r["type"] == "failure")
+    found = len({(r["worker"], r["kind"]) for r in ex if r["status"] == "ours"})
+    shrinking = " (shrinking)" if found > reported else ""
+    return (
+        f"fuzz [{elapsed:5.0f}s] programs {agg['tried']:4d}"
+        f" | ok {st.get('ok', 0)} | FAIL {max(found, reported)}{shrinking}"
+        f" | stock-wrong {st.get('stock', 0)}"
+        f" | noise {st.get('borderline', 0)} | invalid {st.get('invalid', 0)}"
+        f" | overlay changed code {pw.get('code_differs', 0)}"
+        f" | retiled {pw.get('retiled', 0)} | split {pw.get('splits', 0)}"
+        f" | reordered {pw.get('reordered', 0)}"
+    )
+
+
+def _worker_command(opts: WorkerOptions, coverage_include: list[str] | None) -> list[str]:
+    cmd = [sys.executable]
+    if coverage_include is not None:
+        cmd += [
+            "-m", "coverage", "run", "--parallel-mode",
+            f"--data-file={opts.out_dir / '.coverage'}",
+            f"--include={','.join(coverage_include)}",
+        ]  # fmt: skip
+    cmd += [
+        "-m", "tools.fuzz", "worker",
+        "--index", str(opts.index), "--seed", str(opts.seed),
+        "--examples", str(opts.examples), "--deadline", repr(opts.deadline),
+        "--profile", opts.profile, "--out", str(opts.out_dir),
+        "--repro-dir", str(opts.repro_dir), "--focus", opts.focus,
+    ]  # fmt: skip
+    if not opts.shrink:
+        cmd.append("--no-shrink")
+    if opts.max_ops:
+        cmd += ["--max-ops", str(opts.max_ops)]
+    return cmd
+
+
+def run_fuzz(
+    profile: str = "dev",
+    *,
+    seconds: float | None = None,
+    examples: int | None = None,
+    seed: int | None = None,
+    workers: int | None = None,
+    coverage: bool = False,
+    repro_dir: Path | None = None,
+    out_dir: Path | None = None,
+    focus: str = "all",
+    shrink: bool = True,
+    max_ops: int | None = None,
+    progress_every: float = 15.0,
+    log=print,
+) -> Summary:
+    from .repro import DEFAULT_REPRO_DIR
+
+    prof = PROFILES[profile]
+    seconds = prof.seconds if seconds is None else seconds
+    examples = prof.examples if examples is None else examples
+    workers = workers or max(1, min(os.cpu_count() or 1, 8))
+    workers = max(1, min(workers, examples))
+    if seed is None:
+        seed = 0 if prof.derandomize else random.randrange(1_000_000)
+    seeds = [seed + i for i in range(workers)]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(out_dir or DEFAULT_OUT / f"{stamp}-{profile}-seed{seed}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    repro_dir = Path(repro_dir or DEFAULT_REPRO_DIR)
+
+    include = None
+    if coverage:
+        from .overlay_coverage import measured_files
+
+        include = [str(p) for p in measured_files().values()]
+
+    start = time.time()
+    deadline = start + seconds if seconds else float("inf")
+    env = {
+        **os.environ,
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",  # one process per worker, no compile pool
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    }
+    log(
+        f"fuzz: profile {profile}, {workers} worker(s), seeds {seeds[0]}..{seeds[-1]}, "
+        f"{examples} programs max, "
+        + (f"{seconds:.0f} s" if seconds else "no time limit")
+        + (", coverage on" if coverage else "")
+        + f"\nfuzz: run directory {out_dir}"
+    )
+    procs = []
+    for i in range(workers):
+        opts = WorkerOptions(
+            index=i,
+            seed=seeds[i],
+            examples=examples // workers + (1 if i < examples % workers else 0),
+            deadline=deadline if math.isfinite(deadline) else 1e18,
+            profile=profile,
+            out_dir=out_dir,
+            repro_dir=repro_dir,
+            focus=focus,
+            shrink=shrink,
+            max_ops=max_ops,
+        )
+        log_file = (out_dir / f"worker{i}.log").open("w")
+        proc = subprocess.Popen(
+            _worker_command(opts, include), cwd=REPO_ROOT, env=env,
+            stdout=log_file, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        procs.append(proc)
+
+    # The parent's own limit: generation, shrinking, start-up and a slow last compile.
+    hard_limit = (seconds or 3600 * 24) + prof.shrink_grace + 300
+    last_print = 0.0
+    printed_failures = 0
+    try:
+        while any(p.poll() is None for p in procs):
+            time.sleep(1.0)
+            elapsed = time.time() - start
+            records = _read_records(out_dir, workers)
+            n_fail = sum(1 for r in records if r["type"] == "failure")
+            if elapsed - last_print >= progress_every or n_fail > printed_failures:
+                log(_progress_line(elapsed, records))
+                last_print, printed_failures = elapsed, n_fail
+            if elapsed > hard_limit:
+                log(f"fuzz: workers still running after {hard_limit:.0f} s, stopping them")
+                for p in procs:
+                    if p.poll() is None:
+                        p.send_signal(signal.SIGTERM)
+    except KeyboardInterrupt:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        raise
+    finally:
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    records = _read_records(out_dir, workers)
+    crashed = _crashed_workers(procs, records, out_dir, repro_dir)
+    summary = Summary(
+        profile=profile,
+        workers=workers,
+        seeds=seeds,
+        seconds=time.time() - start,
+        out_dir=out_dir,
+        records=records,
+        failures=[r for r in records if r["type"] == "failure"],
+        stock=[r for r in records if r["type"] == "stock"],
+        crashed_workers=crashed,
+    )
+    if coverage:
+        from .overlay_coverage import report
+
+        summary.coverage = report(out_dir)
+    (out_dir / "summary.json").write_text(
+        json.dumps(
+            {
+                "profile": profile, "workers": workers, "seeds": seeds,
+                "seconds": summary.seconds, "stats": summary.stats(),
+                "failures": summary.failures, "stock": summary.stock,
+                "crashed_workers": crashed, "coverage": summary.coverage,
+            },
+            indent=1, default=str,
+        )
+    )  # fmt: skip
+    log(format_summary(summary))
+    return summary
+
+
+def _crashed_workers(procs, records, out_dir: Path, repro_dir: Path) -> list[str]:
+    """Workers that died without finishing; the program they were checking is a repro."""
+    from .repro import write_repro
+
+    crashed = []
+    for i, proc in enumerate(procs):
+        mine = [r for r in records if r["worker"] == i]
+        if any(r["type"] == "done" for r in mine) and proc.returncode == 0:
+            continue
+        how = (
+            f"signal {-proc.returncode}" if proc.returncode and proc.returncode < 0
+            else f"exit code {proc.returncode}"
+        )
+        line = f"worker {i} ({how}), log {out_dir / f'worker{i}.log'}"
+        starts = [r for r in mine if r["type"] in ("start", "example")]
+        if starts and starts[-1]["type"] == "start":
+            case = case_from_json(starts[-1]["case"])
+            path = write_repro(
+                case, f"worker died ({how}) while checking this program",
+                "unshrunk: the process died, so hypothesis could not shrink it",
+                repro_dir,
+            )  # fmt: skip
+            line += f", repro {path}"
+        crashed.append(line)
+    return crashed
+
+
+def _rel(path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def format_summary(summary: Summary) -> str:
+    agg = summary.stats()
+    st, tot, pw = agg["status"], agg["totals"], agg["programs_with"]
+    checked = agg["checked"] or 1
+    lines = [
+        "",
+        (
+            f"== fuzz summary: profile {summary.profile}, {summary.workers} worker(s), "
+            f"seeds {summary.seeds[0]}..{summary.seeds[-1]}, {summary.seconds:.0f} s =="
+        ),
+        (
+            f"  programs tried          {agg['tried']:6d}   (checked {agg['checked']}, "
+            f"invalid {st.get('invalid', 0)}, while shrinking {agg['shrinking']})"
+        ),
+        f"  overlay failures        {len(summary.failures):6d}",
+    ]
+    for f in summary.failures:
+        lines.append(f"    [{f['kind']}] {_rel(f['path'])}")
+        lines.append(f"      {f['message'][:300]}")
+    lines.append(f"  stock also wrong        {st.get('stock', 0):6d}   (upstream; not counted as failures)")
+    for s in summary.stock:
+        lines.append(f"    [{s['kind']}] {_rel(s['path'])}")
+    lines.append(f"  borderline (noise)      {st.get('borderline', 0):6d}   (flags on == flags off, both near the eager tolerance)")
+    if summary.crashed_workers:
+        lines.append(f"  crashed workers         {len(summary.crashed_workers):6d}")
+        lines += [f"    {c}" for c in summary.crashed_workers]
+
+    def mean(key):
+        n = tot.get(f"n_{key}", 0)
+        return tot.get(key, 0) / n if n else 0.0
+
+    lines += [
+        "",
+        "  fusion statistics (checked programs)   flags off    flags on",
+        f"    loop nests, total                   {tot.get('nests_off', 0):9d}   {tot.get('nests_on', 0):9d}",
+        f"    outer-loop fused groups             {tot.get('outer_fused_off', 0):9d}   {tot.get('outer_fused_on', 0):9d}",
+        f"    programs with outer-loop fusion     {pw.get('outer_fused_off', 0):9d}   {pw.get('outer_fused_on', 0):9d}",
+        f"    re-tiled merges (programs)                  -   {tot.get('retiled', 0):9d} ({pw.get('retiled', 0)})",
+        f"    outer-loop splits applied (programs)        -   {tot.get('splits', 0):9d} ({pw.get('splits', 0)})",
+        f"    loop reorders (programs)                    -   {tot.get('reordered', 0):9d} ({pw.get('reordered', 0)})",
+        f"    compile time, mean s                {mean('compile_s_off'):9.2f}   {mean('compile_s_on'):9.2f}",
+        (
+            f"    overlay changed the generated code in {pw.get('code_differs', 0)} of "
+            f"{agg['checked']} programs ({100.0 * pw.get('code_differs', 0) / checked:.0f}%)"
+        ),
+        (
+            f"    flags on emitted more loop nests than flags off in {pw.get('more_nests', 0)} "
+            "programs (performance, not correctness)"
+        ),
+        (
+            "  cases: "
+            + ", ".join(f"{k} {v}" for k, v in agg["configs"].items())
+            + f", dynamic {agg['dynamic']}, low precision {agg['low_precision']}"
+        ),
+        "  ops:   " + ", ".join(f"{k} {v}" for k, v in agg["kinds"].items()),
+    ]
+    if summary.coverage:
+        from .overlay_coverage import format_report
+
+        lines += ["", format_report(summary.coverage)]
+    lines.append(f"  run directory: {_rel(summary.out_dir)}")
+    lines.append("  result: " + ("OK" if summary.ok else "FAILURES FOUND"))
+    return "\n".join(lines)

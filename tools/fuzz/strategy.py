@@ -1,0 +1,418 @@
+"""Hypothesis strategies for random, valid programs aimed at fusion.
+
+``fuzz_cases(params)`` draws a ``FuzzCase``: a straight-line program over one
+or two data inputs (plus weights that norms and broadcasts ask for), the seed
+of its input values, static or dynamic shapes, and a config variant.  Ops are
+drawn one at a time; each reads earlier values (most often the latest, so
+that shrinking turns DAGs into chains) and its output shape is inferred by
+running the rendered statement on meta tensors, which also rejects invalid
+views and shapes before anything is compiled.
+
+Choices are ordered simple-first (op kinds, sizes, layouts), so hypothesis
+shrinks failures towards short chains of plain ops on small contiguous
+float32 tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+from hypothesis import strategies as st
+
+from .program import (
+    BINARY,
+    CONFIGS,
+    LAYOUTS,
+    UNARY,
+    FuzzCase,
+    InputSpec,
+    OpSpec,
+    Program,
+    input_names,
+)
+
+# Dimension sizes, first the ones hypothesis favours and shrinks to (4 before
+# 2: GroupNorm over 4 channels in 2 groups is the smallest that needs the
+# overlay's split).  Odd sizes and primes leave vector tails (16 float32
+# lanes with AVX-512); 1000 is rare (one choice of many) and the numel cap
+# shrinks it when it would not fit.
+SIZES = (4, 2, 3, 8, 1, 5, 7, 16, 17, 13, 31, 32, 33, 64, 100, 128, 1000)
+
+# Op kinds and their default weights (how often each is drawn).  Hypothesis
+# favours the first choice of a list well beyond its weight, and shrinks
+# towards it: norms come first because they are what reaches the overlay
+# (outer-loop fusion, re-tiling, splits).
+DEFAULT_WEIGHTS = {
+    "norm": 4,
+    "unary": 4,
+    "binary": 4,
+    "reduce": 3,
+    "softmax": 2,
+    "reshape": 2,
+    "permute": 2,
+    "slice": 1,
+    "cat": 1,
+    "pool": 1,
+    "cast": 1,
+    "to_channels_last": 1,
+}
+
+# --focus presets: extra weight on the ops that reach particular overlay code.
+FOCUS = {
+    "all": {},
+    # normalizations reach outer-loop fusion, the re-tile and the split
+    "norms": {"norm": 12, "reduce": 5, "softmax": 3},
+    # layout changes reach loop ordering after fusion
+    "layouts": {"permute": 6, "to_channels_last": 3, "reshape": 4, "reduce": 4},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyParams:
+    max_ops: int = 6
+    max_numel: int = 65536
+    max_extra_outputs: int = 2
+    focus: str = "all"
+    dynamic: bool | None = None  # None: drawn (about one case in four)
+    dtypes: tuple[str, ...] = ("float32",) * 4 + ("bfloat16", "float16")
+
+    def weights(self) -> dict[str, int]:
+        return {**DEFAULT_WEIGHTS, **FOCUS[self.focus]}
+
+
+@dataclasses.dataclass
+class _Value:
+    name: str
+    meta: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.meta.shape)
+
+    @property
+    def rank(self) -> int:
+        return self.meta.dim()
+
+    @property
+    def dtype(self) -> str:
+        return str(self.meta.dtype).removeprefix("torch.")
+
+
+class _Builder:
+    """Draws ops onto a growing program, tracking values as meta tensors."""
+
+    def __init__(self, draw, params: StrategyParams, dtype: str):
+        self.draw = draw
+        self.params = params
+        self.dtype = dtype
+        self.inputs: list[InputSpec] = []
+        self.values: list[_Value] = []
+        self.ops: list[OpSpec] = []
+        self.op_values: list[str] = []
+        self._count = 0
+
+    # -- values ------------------------------------------------------------
+
+    def add_input(self, spec: InputSpec) -> str:
+        self.inputs.append(spec)
+        name = input_names(self.inputs)[-1]
+        self.values.append(_Value(name, spec.make(None, device="meta")))
+        return name
+
+    def fresh(self) -> str:
+        self._count += 1
+        return f"v{self._count}"
+
+    def pick(self, pred=None) -> _Value | None:
+        """An earlier value, most often the latest one."""
+        candidates = [v for v in self.values if pred is None or pred(v)]
+        if not candidates:
+            return None
+        index = self.draw(st.integers(0, len(candidates) - 1))
+        return candidates[-1 - index]
+
+    def try_op(self, kind: str, args, params: dict, n_outs: int = 1) -> OpSpec | None:
+        """Run the op on meta tensors; keep it when it is valid and small enough."""
+        op = OpSpec(kind, tuple(args), tuple(params.items()), tuple(self.fresh() for _ in range(n_outs)))
+        namespace = {"torch": torch, "F": F, **{v.name: v.meta for v in self.values}}
+        try:
+            exec(op.render(), namespace)  # noqa: S102 - our own rendered op
+            outs = [namespace[name] for name in op.outs]
+            valid = all(0 < t.numel() <= self.params.max_numel for t in outs)
+        except Exception:  # noqa: BLE001 - any error: not a valid op here
+            valid = False
+        if not valid:
+            self._count -= n_outs  # names stay dense in the printed program
+            return None
+        for name, tensor in zip(op.outs, outs):
+            self.values.append(_Value(name, tensor))
+            self.op_values.append(name)
+        self.ops.append(op)
+        return op
+
+    # -- op kinds ----------------------------------------------------------
+
+    def unary(self) -> OpSpec | None:
+        a = self.pick()
+        return self.try_op("unary", [a.name], {"op": self.draw(st.sampled_from(list(UNARY)))})
+
+    def binary(self) -> OpSpec | None:
+        draw = self.draw
+        a = self.pick()
+        op = draw(st.sampled_from(list(BINARY)))
+        if draw(st.booleans()):
+            b_name = self._broadcast_input(a)
+        else:
+            b = self.pick(lambda v: v.dtype == a.dtype and _broadcastable(a.shape, v.shape))
+            b_name = b.name if b is not None else self._broadcast_input(a)
+        args = [b_name, a.name] if draw(st.booleans()) else [a.name, b_name]
+        return self.try_op("binary", args, {"op": op})
+
+    def _broadcast_input(self, a: _Value) -> str:
+        """A new weight input whose shape broadcasts against ``a``."""
+        draw = self.draw
+        keep = [draw(st.booleans()) for _ in a.shape]
+        shape = tuple(s if k else 1 for s, k in zip(a.shape, keep))
+        drop = draw(st.integers(0, len(shape)))
+        return self.add_input(InputSpec(shape[drop:], a.dtype, "contiguous", "weight"))
+
+    def reduce(self) -> OpSpec | None:
+        draw = self.draw
+        a = self.pick(lambda v: v.rank >= 1)
+        if a is None:
+            return None
+        op = draw(st.sampled_from(["sum", "mean", "amax", "var_mean", "amin", "var", "std"]))
+        dims = self._dims(a.rank)
+        reduced = math.prod(a.shape[d] for d in dims)
+        params = {"op": op, "dims": dims, "keepdim": draw(st.booleans())}
+        if op in ("var_mean", "var", "std"):
+            params["correction"] = draw(st.integers(0, 1)) if reduced > 1 else 0
+        return self.try_op("reduce", [a.name], params, 2 if op == "var_mean" else 1)
+
+    def _dims(self, rank: int) -> tuple[int, ...]:
+        draw = self.draw
+        first = draw(st.integers(0, rank - 1))
+        dims = [first]
+        if rank >= 2 and draw(st.integers(0, 3)) == 0:
+            second = draw(st.integers(0, rank - 1))
+            if second != first:
+                dims.append(second)
+        negative = draw(st.booleans())
+        return tuple(d - rank if negative else d for d in sorted(dims))
+
+    def norm(self) -> OpSpec | None:
+        draw = self.draw
+        a = self.pick(lambda v: v.rank >= 1)
+        if a is None:
+            return None
+        kind = draw(
+            st.sampled_from(
+                ["group_norm", "layer_norm", "rms_norm", "group_norm", "manual_layer_norm"]
+            )
+        )
+        args, params = [a.name], {"norm": kind}
+        if kind == "group_norm" and a.rank >= 2:
+            channels = a.shape[1]
+            # groups that leave several channels per group first: they split
+            divisors = [g for g in range(2, channels) if channels % g == 0]
+            params["groups"] = draw(st.sampled_from([*divisors, 1, channels]))
+            args += self._affine((channels,), a.dtype)
+        elif kind == "layer_norm" or kind == "group_norm":
+            params["norm"] = "layer_norm"
+            k = draw(st.integers(1, min(2, a.rank)))
+            params["shape"] = a.shape[-k:]
+            args += self._affine(a.shape[-k:], a.dtype)
+        elif kind == "rms_norm":
+            params["dim"] = -1
+            if draw(st.booleans()):
+                args.append(self.add_input(InputSpec(a.shape[-1:], a.dtype, "contiguous", "weight")))
+        else:
+            params["dim"] = draw(st.sampled_from([-1, *range(a.rank)]))
+        return self.try_op("norm", args, params)
+
+    def _affine(self, shape, dtype: str) -> list[str]:
+        """Weight and bias inputs of a norm: [w, b] (first choice), [w], [None, b] or []."""
+        weight = not self.draw(st.booleans())
+        bias = not self.draw(st.booleans())
+        if not (weight or bias):
+            return []
+        spec = InputSpec(tuple(shape), dtype, "contiguous", "weight")
+        names = [self.add_input(spec) if weight else "None"]
+        if bias:
+            names.append(self.add_input(spec))
+        return names
+
+    def softmax(self) -> OpSpec | None:
+        a = self.pick(lambda v: v.rank >= 1)
+        if a is None:
+            return None
+        op = self.draw(st.sampled_from(["softmax", "log_softmax"]))
+        dim = self.draw(st.integers(-a.rank, a.rank - 1))
+        return self.try_op("softmax", [a.name], {"op": op, "dim": dim})
+
+    def reshape(self) -> OpSpec | None:
+        draw = self.draw
+        a = self.pick(lambda v: v.rank >= 1 and v.meta.numel() > 1)
+        if a is None:
+            return None
+        shape = list(a.shape)
+        how = draw(st.integers(0, 3))
+        if how == 0 and len(shape) >= 2:  # flatten adjacent dims
+            i = draw(st.integers(0, len(shape) - 2))
+            j = draw(st.integers(i + 1, len(shape) - 1))
+            shape[i : j + 1] = [math.prod(shape[i : j + 1])]
+        elif how == 1:  # split a dim into two factors
+            i = draw(st.integers(0, len(shape) - 1))
+            factors = [f for f in range(2, shape[i]) if shape[i] % f == 0]
+            if not factors:
+                return None
+            f = draw(st.sampled_from(factors))
+            shape[i : i + 1] = [f, shape[i] // f]
+        elif how == 2:  # unsqueeze
+            shape.insert(draw(st.integers(0, len(shape))), 1)
+        else:  # flatten everything
+            shape = [math.prod(shape)]
+        if shape == list(a.shape):
+            return None
+        if not draw(st.booleans()):
+            op = self.try_op("reshape", [a.name], {"method": "view", "shape": tuple(shape)})
+            if op is not None:
+                return op
+        return self.try_op("reshape", [a.name], {"method": "reshape", "shape": tuple(shape)})
+
+    def permute(self) -> OpSpec | None:
+        a = self.pick(lambda v: v.rank >= 2)
+        if a is None:
+            return None
+        perm = list(self.draw(st.permutations(range(a.rank))))
+        if perm == sorted(perm):
+            perm[-2], perm[-1] = perm[-1], perm[-2]
+        contiguous = self.draw(st.booleans())
+        return self.try_op("permute", [a.name], {"perm": tuple(perm), "contiguous": contiguous})
+
+    def to_channels_last(self) -> OpSpec | None:
+        a = self.pick(lambda v: v.rank == 4)
+        if a is None:
+            return None
+        return self.try_op("to_channels_last", [a.name], {})
+
+    def slice(self) -> OpSpec | None:
+        draw = self.draw
+        a = self.pick(lambda v: any(s >= 2 for s in v.shape))
+        if a is None:
+            return None
+        dims = [d for d, s in enumerate(a.shape) if s >= 2]
+        dim = draw(st.sampled_from(dims))
+        size = a.shape[dim]
+        how = draw(st.integers(0, 2))
+        params = {"dim": dim, "start": None, "stop": None, "step": 1}
+        if how == 0:
+            params["start"] = draw(st.integers(1, size - 1))
+        elif how == 1:
+            params["stop"] = draw(st.integers(1, size - 1))
+        else:
+            params["step"] = 2
+        return self.try_op("slice", [a.name], params)
+
+    def cat(self) -> OpSpec | None:
+        a = self.pick(lambda v: v.rank >= 1)
+        if a is None:
+            return None
+        dim = self.draw(st.integers(0, a.rank - 1))
+
+        def fits(v: _Value) -> bool:
+            return (
+                v.rank == a.rank
+                and v.dtype == a.dtype
+                and all(x == y for d, (x, y) in enumerate(zip(v.shape, a.shape)) if d != dim)
+            )
+
+        b = self.pick(fits)
+        return self.try_op("cat", [a.name, b.name], {"dim": dim})
+
+    def pool(self) -> OpSpec | None:
+        draw = self.draw
+        kernel = draw(st.sampled_from([2, 3]))
+        a = self.pick(lambda v: v.rank in (3, 4) and min(v.shape[-2:]) >= kernel)
+        if a is None:
+            return None
+        op = draw(st.sampled_from(["avg_pool2d", "max_pool2d"]))
+        stride = draw(st.sampled_from([kernel, 1, 2]))
+        padding = draw(st.integers(0, kernel // 2))
+        params = {"op": op, "kernel": kernel, "stride": stride, "padding": padding}
+        return self.try_op("pool", [a.name], params)
+
+    def cast(self) -> OpSpec | None:
+        a = self.pick()
+        target = "float32" if a.dtype != "float32" else self.draw(st.sampled_from(["bfloat16", "float16"]))
+        return self.try_op("cast", [a.name], {"dtype": target})
+
+
+def _broadcastable(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether ``b`` broadcasts to ``a`` without growing it."""
+    if len(b) > len(a):
+        return False
+    return all(y in (1, x) for x, y in zip(a[len(a) - len(b) :], b))
+
+
+def _input_shape(draw, max_numel: int) -> tuple[int, ...]:
+    rank = draw(st.sampled_from([3, 4, 2, 1]))  # (N, C, L) first: norms over it split
+    shape = [draw(st.sampled_from(SIZES)) for _ in range(rank)]
+    while math.prod(shape) > max_numel:
+        i = shape.index(max(shape))
+        shape[i] //= 2
+    return tuple(shape)
+
+
+def _input_layout(draw, shape) -> str:
+    layout = draw(st.sampled_from(["contiguous", "contiguous", *LAYOUTS[1:]]))
+    if layout == "channels_last" and len(shape) != 4:
+        return "contiguous"
+    if layout == "transposed" and len(shape) < 2:
+        return "contiguous"
+    return layout
+
+
+@st.composite
+def programs(draw, params: StrategyParams = StrategyParams()) -> Program:
+    dtype = draw(st.sampled_from(params.dtypes))
+    builder = _Builder(draw, params, dtype)
+    n_data = draw(st.integers(1, 2))
+    first = _input_shape(draw, params.max_numel)
+    for i in range(n_data):
+        # a second data input usually has the first one's shape, so they combine
+        shape = first if i == 0 or draw(st.booleans()) else _input_shape(draw, params.max_numel)
+        builder.add_input(InputSpec(shape, dtype, _input_layout(draw, shape)))
+
+    weights = params.weights()
+    menu = [kind for kind, w in weights.items() for _ in range(w)]
+    n_ops = draw(st.integers(1, params.max_ops))
+    for _ in range(n_ops):
+        kind = draw(st.sampled_from(menu))
+        if getattr(builder, kind)() is None:
+            builder.unary()  # always valid: keeps the op count and the draw going
+    if not builder.op_values:
+        builder.try_op("unary", [builder.values[-1].name], {"op": "relu"})
+    outputs = [builder.op_values[-1]]
+    for _ in range(draw(st.integers(0, params.max_extra_outputs))):
+        name = draw(st.sampled_from(builder.op_values))
+        if name not in outputs:
+            outputs.append(name)
+    return Program(tuple(builder.inputs), tuple(builder.ops), tuple(outputs))
+
+
+@st.composite
+def fuzz_cases(draw, params: StrategyParams = StrategyParams()) -> FuzzCase:
+    program = draw(programs(params))
+    dynamic = params.dynamic
+    if dynamic is None:  # about one case in four
+        dynamic = draw(st.booleans()) and draw(st.booleans())
+    return FuzzCase.from_program(
+        program,
+        input_seed=draw(st.integers(0, 2**16)),
+        dynamic=dynamic,
+        config=draw(st.sampled_from(list(CONFIGS))),
+    )
