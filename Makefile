@@ -21,7 +21,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv test verify uninstall status demo bench fuzz build clean
+.PHONY: help install stock-venv test verify uninstall status demo bench fuzz build pr clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -36,6 +36,8 @@ help:
 	@echo "make uninstall   revert .venv's torch to pristine"
 	@echo "make build PYTORCH_SRC=/path [MAX_JOBS=n]"
 	@echo "                 apply to a v$(TORCH_VERSION) checkout and build it (hours)"
+	@echo "make pr [PYTORCH_SRC=/path [ONTO=ref]]"
+	@echo "                 git format-patch set + PR_DESCRIPTION.md against v$(TORCH_VERSION) -> build/pr/"
 	@echo "make clean       remove the venvs and caches"
 
 # Venvs are built once (the stamp); the overlay is applied on every
@@ -111,6 +113,15 @@ build:
 	$(PYTHON) -m tools.overlay apply --target "$(PYTORCH_SRC)"
 	cd "$(PYTORCH_SRC)" && USE_CUDA=0 MAX_JOBS=$(MAX_JOBS) \
 	  $(BUILD_PYTHON) -m pip install --no-build-isolation -v -e .
+
+# make pr: tools/pr.py (README "Upstreaming").  The pristine v$(TORCH_VERSION)
+# files come from the stock venv; with PYTORCH_SRC the set is also applied
+# (git am --3way, in a throwaway clone) onto ONTO (default HEAD) there.
+ONTO ?=
+PR_ARGS ?=
+pr: stock-venv
+	$(PYTHON) -m tools.pr $(if $(PYTORCH_SRC),--pytorch-src "$(PYTORCH_SRC)") \
+	  $(if $(ONTO),--onto "$(ONTO)") $(PR_ARGS)
 
 clean:
 	rm -rf $(VENV) $(STOCK_VENV) build *.egg-info .hypothesis

@@ -1,0 +1,355 @@
+"""tools/pr.py: the format-patch export, its `git am` check and --onto.
+
+No compiles: a handful of git commands over a partial v2.13.0 tree made from
+the venvs' pristine files.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, read_pristine
+
+from tools import pr
+from tools.patchset import load_overlay_files, load_series
+
+IDENTITY = ("Test Author", "test@example.com")
+DATE = "2025-01-02T03:04:05+00:00"
+
+pytestmark = pytest.mark.skipif(
+    not pr.default_base_roots(), reason="no torch 2.13.0 venv (run `make stock-venv`)"
+)
+
+
+def run_git(cwd: Path, *args: str) -> str:
+    env = pr.git_env(IDENTITY, DATE)
+    return pr.git(cwd, *args, env=env).stdout
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> pr.Export:
+    out = tmp_path_factory.mktemp("pr")
+    no_bench = out / "no-bench.json"
+    return pr.export_series(
+        out / "patches",
+        identity=IDENTITY,
+        date=DATE,
+        bench_path=no_bench,
+        upstream_test_summary=out / "none.md",
+    )
+
+
+def patch_subjects(patches: list[Path]) -> list[str]:
+    subjects = []
+    for patch in patches:
+        text = patch.read_text()
+        match = re.search(r"^Subject: \[PATCH\] (.*(?:\n .*)*)", text, re.M)
+        assert match, patch
+        subjects.append(match.group(1).replace("\n ", " "))
+    return subjects
+
+
+def files_of(patch: Path) -> list[str]:
+    return re.findall(r"^diff --git a/(\S+) b/", patch.read_text(), re.M)
+
+
+def fresh_base(root: Path, export: pr.Export) -> Path:
+    """A partial v2.13.0 tree built here, from conftest's pristine files."""
+    root.mkdir()
+    run_git(root, "init", "--quiet")
+    for rel in export.base_files:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(read_pristine(rel))
+    run_git(root, "add", ".")
+    run_git(root, "commit", "--quiet", "-m", "v2.13.0")
+    return root
+
+
+# --------------------------------------------------------------------------
+# The export
+
+
+def test_one_commit_per_patch_with_dep3_subjects(export):
+    series = load_series()
+    assert len(export.patches) == len(series.patches)
+    for subject, patch in zip(
+        patch_subjects(export.patches), series.patches, strict=True
+    ):
+        summary = pr.parse_dep3(patch).summary
+        assert subject.startswith("[inductor]")
+        assert subject.endswith(summary.split(": ", 1)[-1]), (subject, summary)
+
+
+def test_git_am_on_a_fresh_partial_tree(export, tmp_path):
+    root = fresh_base(tmp_path / "pytorch", export)
+    run_git(root, "am", "--quiet", *map(str, export.patches))
+    assert run_git(root, "rev-parse", "HEAD^{tree}").strip() == export.final_tree
+    log = run_git(root, "log", "--format=%an <%ae>", f"HEAD~{len(export.patches)}..")
+    assert set(log.splitlines()) == {f"{IDENTITY[0]} <{IDENTITY[1]}>"}
+
+
+def test_overlay_modules_land_in_the_first_commit_that_names_them(export):
+    overlay = load_overlay_files()
+    landed: dict[str, str] = {}
+    for patch in export.patches:
+        for rel in files_of(patch):
+            if rel in overlay:
+                assert rel not in landed, f"{rel} added twice"
+                landed[rel] = patch.name
+    assert set(landed) == set(overlay)
+    for commit, patch in zip(export.commits, export.patches, strict=True):
+        for rel in commit.uses:  # named by Origin: or imported by the patch
+            assert rel in landed and landed[rel] <= patch.name, (rel, patch.name)
+
+
+def test_tests_in_upstream_layout_and_self_contained(export, tmp_path):
+    root = fresh_base(tmp_path / "pytorch", export)
+    run_git(root, "am", "--quiet", *map(str, export.patches))
+    helper = (root / pr.HELPER_PATH).read_text()
+    helper_names = pr.top_level_names(helper)
+    assert {"compile_and_inspect", "analyze", "SEED_CONFIG"} <= helper_names
+    for test in pr.TEST_EXPORTS:
+        text = (root / test.dest).read_text()
+        ast.parse(text)
+        assert not re.search(r"^\s*(from|import)\s+(tools|compile_utils)\b", text, re.M)
+        assert "from cpp_loop_nests import" in text
+        assert 'if __name__ == "__main__":' in text
+    assert not re.search(r"^\s*(from|import)\s+tools\b", helper, re.M)
+    # Each test file arrives with the last patch of its feature.
+    by_dest = {t.dest: c.patch.name for c in export.commits for t in c.tests}
+    for patch, commit in zip(export.patches, export.commits, strict=True):
+        for rel in files_of(patch):
+            if rel in by_dest:
+                assert by_dest[rel] == commit.patch.name
+
+
+def test_exported_tests_run_against_the_helper(export, tmp_path):
+    """Import the exported files (no compile): the helper's names resolve."""
+    root = fresh_base(tmp_path / "pytorch", export)
+    run_git(root, "am", "--quiet", *map(str, export.patches))
+    code = (
+        "import sys; sys.path.insert(0, 'test/inductor'); import cpp_loop_nests as h; "
+        "print(h.count_nests(sys.stdin.read()))"
+    )
+    loop = "    for(;;)\n    {\n    }\n"
+    kernel = 'extern "C" void kernel()\n{\n' + loop + loop + "}\n"
+
+    python = REPO_ROOT / ".venv" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no .venv")
+    proc = subprocess.run(
+        [str(python), "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        input=kernel,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "2"
+
+
+def test_pr_description(export):
+    text = (export.out_dir / pr.PR_DESCRIPTION).read_text()
+    for commit in export.commits:
+        assert pr.commit_subject(commit.dep3.summary) in text
+    assert "No bench/results/bench.json" in text
+    assert "`git am` of the" in text and export.final_tree[:12] in text
+
+
+# --------------------------------------------------------------------------
+# Messages: DEP-3 + bench.json
+
+
+def fake_bench(path: Path) -> Path:
+    row = dict(
+        eager_median_ms=2.0, stock_median_ms=3.8, patched_median_ms=1.9,
+        patched_over_stock=0.5, stock_nests=4, patched_nests=1,
+    )  # fmt: skip
+    rows = [
+        {**row, "workload": name, "threads": 1}
+        for name in ("layernorm", "groupnorm", "rmsnorm", "bias_gelu_layernorm")
+    ]
+    path.write_text(json.dumps({"header": "torch 2.13.0, test header", "rows": rows}))
+    return path
+
+
+def test_commit_message_has_description_and_named_workloads(tmp_path):
+    bench = pr.load_bench(fake_bench(tmp_path / "bench.json"))
+    assert bench is not None
+    commits = pr.plan_commits(load_series(), load_overlay_files())
+    retile = next(c for c in commits if "LayerNorm" in c.dep3.body)
+    message = pr.commit_message(retile, bench)
+    assert message.startswith(pr.commit_subject(retile.dep3.summary) + "\n\n")
+    assert retile.dep3.body.splitlines()[0] in message
+    assert "test header" in message
+    assert "| layernorm | 1 |" in message and "| bias_gelu_layernorm |" in message
+    assert "rmsnorm" not in message  # the description does not name it
+    quiet = next(
+        c for c in commits if not pr.bench_rows_for(c.dep3.summary + c.dep3.body, bench)
+    )
+    assert "Measured" not in pr.commit_message(quiet, bench)
+
+
+def test_missing_or_broken_bench_is_skipped(tmp_path):
+    assert pr.load_bench(tmp_path / "missing.json") is None
+    (tmp_path / "bad.json").write_text('{"rows": [{"nope": 1}]}')
+    assert pr.load_bench(tmp_path / "bad.json") is None
+
+
+def test_dep3_parsing():
+    patch = load_series().patches[0]
+    dep3 = pr.parse_dep3(patch)
+    assert dep3.summary and "\n" not in dep3.summary
+    assert dep3.fields["Forwarded"] == "not-yet"
+    assert pr.commit_subject("cpp: do x") == "[inductor][cpp] do x"
+    assert pr.commit_subject("lowering: y") == "[inductor] lowering: y"
+
+
+def test_an_overlay_module_no_patch_names_is_refused(tmp_path):
+    overlay = dict(load_overlay_files())
+    overlay["torch/_inductor/orphan.py"] = b"x = 1\n"
+    with pytest.raises(pr.ExportError, match="orphan.py"):
+        pr.plan_commits(load_series(), overlay)
+
+
+def test_imports_resolve_relative_to_the_patched_file():
+    lines = [
+        "from .cpp_outer_loop_retile import X",
+        "    from ..scheduler import Y",
+        "from . import config",
+    ]
+    found = pr.imported_paths("torch/_inductor/codegen/cpp.py", lines)
+    assert "torch/_inductor/codegen/cpp_outer_loop_retile.py" in found
+    assert "torch/_inductor/scheduler.py" in found
+    assert "torch/_inductor/codegen/config.py" in found
+
+
+# --------------------------------------------------------------------------
+# --pytorch-src / --onto, on a fake checkout
+
+
+def first_hunk(patch_text: str, file: str) -> list[str]:
+    section = patch_text.split(f"+++ b/{file}\n", 1)[1]
+    hunk = section.split("\n@@", 2)[0].split("\n", 1)[1]
+    return hunk.splitlines()
+
+
+def pick_target(export: pr.Export) -> tuple[int, str, list[str]]:
+    """A patch, a file of it and its first hunk with 3 leading context lines."""
+    for i, patch in enumerate(export.patches):
+        text = patch.read_text()
+        for rel in files_of(patch):
+            if rel not in export.base_files:
+                continue
+            hunk = first_hunk(text, rel)
+            if len(hunk) > 4 and all(h.startswith(" ") and h.strip() for h in hunk[:3]):
+                return i, rel, hunk
+    pytest.skip("no hunk with three non-blank leading context lines")
+
+
+@pytest.fixture
+def fake_checkout(export, tmp_path) -> Path:
+    root = fresh_base(tmp_path / "pytorch", export)
+    (root / "setup.py").write_text("")
+    (root / "version.txt").write_text("2.13.0\n")
+    run_git(root, "add", ".")
+    run_git(root, "commit", "--quiet", "-m", "layout")
+    run_git(root, "tag", "v2.13.0")
+    return root
+
+
+def upstream_edit(root: Path, rel: str, old_line: str, message: str) -> None:
+    text = (root / rel).read_text()
+    assert text.count(old_line + "\n") >= 1
+    (root / rel).write_text(
+        text.replace(old_line + "\n", old_line + "  # upstream\n", 1)
+    )
+    run_git(root, "commit", "--quiet", "-am", message)
+
+
+def repo_state(root: Path) -> tuple[str, str, str]:
+    return (
+        run_git(root, "rev-parse", "HEAD"),
+        run_git(root, "status", "--porcelain"),
+        run_git(root, "for-each-ref"),
+    )
+
+
+def test_onto_reports_a_conflict_per_patch(export, fake_checkout, tmp_path):
+    index, rel, hunk = pick_target(export)
+    first_change = next(i for i, h in enumerate(hunk) if h[:1] in "+-")
+    upstream_edit(
+        fake_checkout, rel, hunk[first_change - 1][1:], "touch a patched line"
+    )
+    before = repo_state(fake_checkout)
+    env = pr.git_env(IDENTITY, DATE)
+
+    label, results = pr.apply_onto(
+        fake_checkout, "HEAD", export, env, tmp_path / "onto"
+    )
+    assert "v2.13.0-1-" in label
+    assert [r.patch for r in results] == [p.name for p in export.patches]
+    assert results[index].status == "conflict" and rel in results[index].files
+    assert all(r.status == "clean" for r in results[:index])
+    assert not list((tmp_path / "onto").glob("*.patch"))  # no rebased set
+    assert repo_state(fake_checkout) == before  # the checkout is only read
+
+    label, results = pr.apply_onto(
+        fake_checkout, "v2.13.0", export, env, tmp_path / "onto"
+    )
+    assert all(r.status == "clean" for r in results)
+    assert len(list((tmp_path / "onto").glob("*.patch"))) == len(export.patches)
+    report = pr.format_results(label, results)
+    assert f"{len(results)} of {len(results)} apply" in report
+
+
+def test_onto_merges_a_nearby_upstream_change_in_three_ways(
+    export, fake_checkout, tmp_path
+):
+    index, rel, hunk = pick_target(export)
+    upstream_edit(fake_checkout, rel, hunk[0][1:], "touch a context line")
+    env = pr.git_env(IDENTITY, DATE)
+    _, results = pr.apply_onto(fake_checkout, "HEAD", export, env, None)
+    assert results[index].status == "3-way merged", results[index].detail
+    assert all(r.applied for r in results)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_SRC"}
+    return subprocess.run(
+        [sys.executable, "-m", "tools.pr", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+
+
+def test_cli_exit_codes(fake_checkout, tmp_path):
+    out = tmp_path / "out"
+    upstream_edit(fake_checkout, *pick_line(fake_checkout), "upstream moved on")
+    ok = run_cli(
+        "--out", str(out), "--pytorch-src", str(fake_checkout), "--onto", "v2.13.0"
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "apply" in ok.stdout and (out / pr.PR_DESCRIPTION).is_file()
+    assert "onto v2.13.0" in (out / pr.PR_DESCRIPTION).read_text()
+
+    no_src = run_cli("--out", str(out), "--onto", "HEAD", "--pytorch-src", "")
+    assert no_src.returncode == 2 and "--onto needs --pytorch-src" in no_src.stderr
+    not_torch = run_cli("--out", str(out), "--pytorch-src", str(tmp_path))
+    assert not_torch.returncode == 1 and "not a PyTorch checkout" in not_torch.stderr
+
+
+def pick_line(root: Path) -> tuple[str, str]:
+    """Any line of lowering.py: an upstream change the series does not touch."""
+    rel = "torch/_inductor/lowering.py"
+    line = (root / rel).read_text().splitlines()[0]
+    return rel, line

@@ -1,0 +1,1099 @@
+"""Export the series as a `git format-patch` set against PyTorch v2.13.0.
+
+    python -m tools.pr [--out build/pr] [--pytorch-src DIR [--onto REF]]
+
+The export is a partial v2.13.0 tree (only the files the series touches, at
+their upstream paths), committed as the base, then one commit per patch:
+
+- the patch itself, applied with `git apply`;
+- the overlay modules the patch calls, whole, in the first commit that names
+  them (the patch's "Origin:" header, or a relative import in its added lines);
+- our tests, moved to upstream's layout and made self-contained, in the commit
+  of the last patch of the feature they test (so every commit of the stack
+  passes the tests it carries).
+
+Each commit message comes from the patch's DEP-3 header, plus the rows of
+bench/results/bench.json (tools/bench.py) for the workloads the description
+names.  `git format-patch` writes the set and PR_DESCRIPTION.md goes next to
+it.  Before reporting success the set is re-applied with `git am` to a fresh
+partial tree, which must end at the same tree.
+
+With --pytorch-src, the set is also applied with `git am --3way` to a commit of
+that checkout (--onto REF, default HEAD), in a throwaway sparse clone that
+shares its objects, so the checkout itself is never written.  Each patch is
+reported as clean, 3-way merged or conflicting; when all apply, the rebased
+set is written to build/pr/onto-<ref>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from tools.overlay import OverlayError, pristine_bytes, read_state
+from tools.patchset import (
+    DEFAULT_OVERLAY_DIR,
+    DEFAULT_PATCHES_DIR,
+    REPO_ROOT,
+    Patch,
+    Series,
+    SeriesError,
+    load_overlay_files,
+    load_series,
+    sha256_bytes,
+)
+
+UPSTREAM_REF = "v2.13.0"
+DEFAULT_OUT = REPO_ROOT / "build" / "pr"
+DEFAULT_BENCH = REPO_ROOT / "bench" / "results" / "bench.json"
+DEFAULT_UPSTREAM_TEST_SUMMARY = REPO_ROOT / "build" / "upstream-test" / "summary.md"
+PR_DESCRIPTION = "PR_DESCRIPTION.md"
+FALLBACK_IDENTITY = ("Fusion Overlay", "fusion-overlay@users.noreply.github.com")
+FALLBACK_DATE = "2025-01-01T00:00:00+00:00"
+
+# The helper module the exported tests import instead of test/compile_utils.py
+# and tools/loopnest.py, which exist only in this repo.
+HELPER_PATH = "test/inductor/cpp_loop_nests.py"
+HELPER_MODULE = "cpp_loop_nests"
+HELPER_SOURCES = ("tools/loopnest.py", "test/compile_utils.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class TestExport:
+    source: str  # in this repo
+    dest: str  # in the upstream tree
+    features: tuple[str, ...]  # the overlay modules (stems) whose feature it tests
+
+
+TEST_EXPORTS = (
+    TestExport(
+        "test/test_outer_loop_retile.py",
+        "test/inductor/test_cpu_outer_loop_retile.py",
+        ("cpp_outer_loop_retile", "cpp_outer_loop_split"),
+    ),
+    TestExport(
+        "test/test_cpu_loop_ordering.py",
+        "test/inductor/test_cpu_loop_ordering.py",
+        ("cpp_loop_ordering",),
+    ),
+)
+
+
+class ExportError(Exception):
+    """The series cannot be exported (or the export does not re-apply)."""
+
+
+# --------------------------------------------------------------------------
+# DEP-3 headers
+
+
+@dataclasses.dataclass(frozen=True)
+class Dep3:
+    summary: str
+    body: str  # the description's detail lines, dedented, " ." -> blank line
+    fields: dict[str, str]  # every other field, continuation lines joined
+
+    @property
+    def origin(self) -> str:
+        return self.fields.get("Origin", "")
+
+
+def parse_dep3(patch: Patch) -> Dep3:
+    text = patch.data.decode("utf-8")
+    header: list[str] = []
+    for line in text.splitlines():
+        if line == "---" or line.startswith(("--- ", "diff --git ")):
+            break
+        header.append(line)
+    fields: dict[str, list[str]] = {}
+    current = None
+    for line in header:
+        if line.startswith((" ", "\t")) and current is not None:
+            fields[current].append(line[1:])
+        elif match := re.match(r"^([A-Za-z][\w-]*):\s?(.*)$", line):
+            current = match.group(1)
+            fields.setdefault(current, []).append(match.group(2))
+        elif line.strip():
+            raise ExportError(f"{patch.name}: unexpected DEP-3 header line {line!r}")
+    description = fields.pop("Description", None) or fields.pop("Subject", None)
+    if not description or not description[0].strip():
+        raise ExportError(f"{patch.name}: no DEP-3 Description: line")
+    body = "\n".join("" if line.strip() == "." else line for line in description[1:])
+    return Dep3(
+        summary=description[0].strip(),
+        body=body.strip("\n"),
+        fields={
+            key: " ".join(v.strip() for v in values) for key, values in fields.items()
+        },
+    )
+
+
+def commit_subject(summary: str) -> str:
+    """'cpp: do x' -> '[inductor][cpp] do x'; anything else -> '[inductor] ...'."""
+    match = re.match(r"^(cpp):\s+(.*)$", summary)
+    if match:
+        return f"[inductor][{match.group(1)}] {match.group(2)}"
+    return f"[inductor] {summary}"
+
+
+# --------------------------------------------------------------------------
+# Which overlay modules and tests go with which patch
+
+
+def module_path_candidates(module: str) -> list[str]:
+    base = module.replace(".", "/")
+    return [f"{base}.py", f"{base}/__init__.py"]
+
+
+def resolve_import(importer: str, dots: str, module: str, names: str) -> list[str]:
+    """Paths an import statement in `importer` (torch/...) may refer to."""
+    if dots:
+        package = importer.rsplit("/", 1)[0].split("/")
+        package = package[: len(package) - (len(dots) - 1)]
+        base = ".".join(package + ([module] if module else []))
+    else:
+        base = module
+    candidates = module_path_candidates(base)
+    for name in re.findall(r"\w+", names.split("#", 1)[0]):
+        if name != "as":
+            candidates += module_path_candidates(f"{base}.{name}")
+    return candidates
+
+
+_FROM_IMPORT = re.compile(r"^\s*from\s+(\.*)([\w.]*)\s+import\s+(.+)$")
+_PLAIN_IMPORT = re.compile(r"^\s*import\s+([\w.]+)")
+
+
+def imported_paths(importer: str, lines: Iterable[str]) -> set[str]:
+    found: set[str] = set()
+    for line in lines:
+        if match := _FROM_IMPORT.match(line):
+            found.update(resolve_import(importer, *match.groups()))
+        elif match := _PLAIN_IMPORT.match(line):
+            found.update(module_path_candidates(match.group(1)))
+    return found
+
+
+def added_lines_by_file(patch: Patch) -> dict[str, list[str]]:
+    """The '+' lines of each file section of a patch."""
+    result: dict[str, list[str]] = {}
+    current = None
+    for line in patch.data.decode("utf-8").splitlines():
+        if line.startswith("+++ "):
+            name = line[4:].split("\t", 1)[0].strip()
+            current = None if name == "/dev/null" else name.split("/", 1)[1]
+            if current is not None:
+                result.setdefault(current, [])
+        elif line.startswith("+") and current is not None:
+            result[current].append(line[1:])
+    return result
+
+
+def modules_named_by(patch: Patch, dep3: Dep3, overlay: dict[str, bytes]) -> list[str]:
+    """Overlay modules the patch's Origin header names or its added lines import."""
+    named = {
+        f"torch/{m}" for m in re.findall(r"overlay/torch/([\w/]+\.py)", dep3.origin)
+    }
+    for rel in named:
+        if rel not in overlay:
+            raise ExportError(
+                f"{patch.name}: Origin names {rel}, which is not in overlay/"
+            )
+    for importer, lines in added_lines_by_file(patch).items():
+        named |= imported_paths(importer, lines) & set(overlay)
+    return sorted(named)
+
+
+def with_module_dependencies(
+    paths: Iterable[str], overlay: dict[str, bytes]
+) -> set[str]:
+    """`paths` plus every overlay module they import, transitively."""
+    todo, done = list(paths), set()
+    while todo:
+        rel = todo.pop()
+        if rel in done:
+            continue
+        done.add(rel)
+        lines = overlay[rel].decode("utf-8").splitlines()
+        todo += sorted(imported_paths(rel, lines) & set(overlay) - done)
+    return done
+
+
+def module_stem(rel: str) -> str:
+    return Path(rel).stem
+
+
+@dataclasses.dataclass
+class PlannedCommit:
+    patch: Patch
+    dep3: Dep3
+    modules: list[str]  # overlay modules first added by this commit
+    uses: list[str]  # overlay modules this patch names (added here or before)
+    tests: list[TestExport]
+    helper: bool = False  # this commit adds HELPER_PATH
+
+
+def plan_commits(
+    series: Series,
+    overlay: dict[str, bytes],
+    tests: Sequence[TestExport] = TEST_EXPORTS,
+) -> list[PlannedCommit]:
+    planned: list[PlannedCommit] = []
+    added: set[str] = set()
+    for patch in series.patches:
+        dep3 = parse_dep3(patch)
+        uses = modules_named_by(patch, dep3, overlay)
+        new = sorted(with_module_dependencies(uses, overlay) - added)
+        added.update(new)
+        planned.append(PlannedCommit(patch, dep3, new, uses, []))
+    unclaimed = sorted(set(overlay) - added)
+    if unclaimed:
+        raise ExportError(
+            "overlay modules no patch names (add them to a patch's Origin: line): "
+            + ", ".join(unclaimed)
+        )
+    stems = {module_stem(rel) for rel in overlay}
+    for test in tests:
+        unknown = sorted(set(test.features) - stems)
+        if unknown:
+            raise ExportError(
+                f"{test.source}: features {unknown} are not overlay modules"
+            )
+        owners = [
+            c for c in planned if {module_stem(m) for m in c.uses} & set(test.features)
+        ]
+        if not owners:
+            raise ExportError(f"{test.source}: no patch uses {test.features}")
+        owners[-1].tests.append(test)
+    for commit in planned:
+        if commit.tests:
+            commit.helper = True
+            break
+    return planned
+
+
+# --------------------------------------------------------------------------
+# Tests, made self-contained for the upstream tree
+
+
+def _split_module(source: str) -> tuple[str | None, list[str], str]:
+    """(docstring, top-level import statements, the rest) of a module."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    drop: set[int] = set()
+    imports: list[str] = []
+    docstring = ast.get_docstring(tree, clean=False)
+    body = tree.body
+    if docstring is not None:
+        first = body[0]
+        drop.update(range(first.lineno - 1, first.end_lineno or first.lineno))
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            end = node.end_lineno or node.lineno
+            imports.append("".join(lines[node.lineno - 1 : end]).strip())
+            drop.update(range(node.lineno - 1, end))
+    rest = "".join(line for i, line in enumerate(lines) if i not in drop)
+    return docstring, imports, rest
+
+
+def _import_sort_key(statement: str) -> tuple[int, int, str]:
+    module = statement.split()[1]
+    section = 0 if module.split(".")[0] in sys.stdlib_module_names else 1
+    return (section, 0 if statement.startswith("import ") else 1, module.lower())
+
+
+def _compose_imports(statements: Iterable[str]) -> str:
+    unique = sorted(set(statements), key=_import_sort_key)
+    out: list[str] = []
+    section = None
+    for statement in unique:
+        key = _import_sort_key(statement)[0]
+        if section is not None and key != section:
+            out.append("")
+        out.append(statement)
+        section = key
+    return "\n".join(out)
+
+
+def _tidy(text: str) -> str:
+    return re.sub(r"\n{4,}", "\n\n\n", text).strip("\n") + "\n"
+
+
+def make_helper_module(sources: dict[str, str]) -> str:
+    """test/inductor/cpp_loop_nests.py: tools/loopnest.py + test/compile_utils.py."""
+    imports: list[str] = []
+    rests: list[str] = []
+    for name in HELPER_SOURCES:
+        _, statements, rest = _split_module(sources[name])
+        imports += [
+            s
+            for s in statements
+            if not s.startswith("from __future__")
+            and not re.match(r"(from|import)\s+(tools|compile_utils)\b", s)
+        ]
+        rests.append(rest.strip("\n"))
+    text = (
+        '"""Compile a program on the CPU backend and count the loop nests of its C++.\n'
+        "\n"
+        "Shared by test_cpu_outer_loop_retile.py and test_cpu_loop_ordering.py:\n"
+        "does a compiled program agree with eager, how many separate outer loop\n"
+        "nests did the C++ backend emit per kernel, and what did the outer-loop\n"
+        "fusion counters record.  The loop nests are read from the generated\n"
+        "code's text.\n"
+        '"""\n'
+        "\n"
+        "from __future__ import annotations\n"
+        "\n" + _compose_imports(imports) + "\n\n\n" + "\n\n\n".join(rests)
+    )
+    return _tidy(text)
+
+
+_MAIN_BLOCK = """
+
+if __name__ == "__main__":
+    import sys
+
+    import pytest
+
+    sys.exit(pytest.main([__file__, *sys.argv[1:]]))
+"""
+
+
+def top_level_names(source: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def check_helper_imports(test_text: str, helper: str, name: str) -> None:
+    """Every name the exported test takes from the helper must be defined there."""
+    wanted: set[str] = set()
+    for node in ast.walk(ast.parse(test_text)):
+        if isinstance(node, ast.ImportFrom) and node.module == HELPER_MODULE:
+            wanted.update(alias.name for alias in node.names)
+    missing = sorted(wanted - top_level_names(helper))
+    if missing:
+        raise ExportError(
+            f"{name} imports {missing} from compile_utils, which "
+            f"{' / '.join(HELPER_SOURCES)} do not define"
+        )
+
+
+def export_test(source: str, name: str) -> str:
+    """A test file of ours, importing the helper module instead of this repo's."""
+    text = re.sub(
+        r"^(\s*)from compile_utils import",
+        rf"\1from {HELPER_MODULE} import",
+        source,
+        flags=re.M,
+    )
+    text = re.sub(
+        r"^(\s*)import compile_utils\b",
+        rf"\1import {HELPER_MODULE} as compile_utils",
+        text,
+        flags=re.M,
+    )
+    leftover = re.findall(
+        r"^\s*(?:from|import)\s+(?:tools|conftest)\b.*$", text, flags=re.M
+    )
+    if leftover:
+        raise ExportError(f"{name}: imports that exist only in this repo: {leftover}")
+    if "__main__" not in text:
+        text = text.rstrip("\n") + "\n" + _MAIN_BLOCK
+    return _tidy(text)
+
+
+# --------------------------------------------------------------------------
+# Measured results (tools/bench.py)
+
+
+_WORKLOAD_WORDS = ("layernorm", "groupnorm", "softmax", "rmsnorm", "attention")
+
+
+def load_bench(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        rows = data["rows"]
+        if not isinstance(rows, list):
+            raise TypeError("rows is not a list")
+        for row in rows:
+            _ = (row["workload"], row["threads"], float(row["patched_over_stock"]))
+    except (ValueError, KeyError, TypeError) as error:
+        print(f"warning: ignoring {path}: {error!r}", file=sys.stderr)
+        return None
+    return data
+
+
+def bench_rows_for(text: str, bench: dict) -> list[dict]:
+    """The rows whose workload the text names (LayerNorm -> layernorm*, ...)."""
+    flat = re.sub(r"[^a-z0-9]", "", text.lower())
+    named = {word for word in _WORKLOAD_WORDS if word in flat}
+    return [
+        row
+        for row in bench["rows"]
+        if named & {w for w in _WORKLOAD_WORDS if w in row["workload"].replace("_", "")}
+    ]
+
+
+def bench_table(rows: list[dict]) -> list[str]:
+    lines = [
+        "| workload | threads | eager ms | flags off ms | flags on ms | on/off "
+        "| nests off->on |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['workload']} | {r['threads']} | {r.get('eager_median_ms', 0):.2f} | "
+            f"{r.get('stock_median_ms', 0):.2f} | "
+            f"{r.get('patched_median_ms', 0):.2f} | "
+            f"{r['patched_over_stock']:.2f} | "
+            f"{r.get('stock_nests', '?')}->{r.get('patched_nests', '?')} |"
+        )
+    return lines
+
+
+# --------------------------------------------------------------------------
+# Commit messages and the PR description
+
+
+def commit_message(commit: PlannedCommit, bench: dict | None) -> str:
+    parts = [commit_subject(commit.dep3.summary), "", commit.dep3.body]
+    notes = []
+    if commit.modules:
+        notes.append("New modules: " + ", ".join(commit.modules) + ".")
+    if commit.tests:
+        tests = [t.dest for t in commit.tests]
+        if commit.helper:
+            tests.append(f"{HELPER_PATH} (helpers)")
+        notes.append("Tests: " + ", ".join(tests) + ".")
+    if "Bug" in commit.dep3.fields:
+        notes.append("Context: " + commit.dep3.fields["Bug"])
+    if notes:
+        parts += [""] + notes
+    if bench is not None:
+        rows = bench_rows_for(commit.dep3.summary + " " + commit.dep3.body, bench)
+        if rows:
+            parts += [
+                "",
+                "Measured with the whole stack, both flags on vs off "
+                "(not this commit alone):",
+                bench.get("header", ""),
+                "",
+                *bench_table(rows),
+            ]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def pr_description(
+    commits: list[PlannedCommit],
+    bench: dict | None,
+    checks: list[str],
+    upstream_tests: str | None,
+) -> str:
+    out = [
+        "# [inductor][cpp] Re-tile outer-loop fusion and decide CPU loop orders "
+        "after fusion",
+        "",
+        f"A stack of {len(commits)} commits against {UPSTREAM_REF}, "
+        "CPU C++ backend only.",
+        "Every change sits behind a config flag (`config.cpp.*`); with the flags off",
+        "the generated code is the same as before.",
+        "",
+        "## Commits",
+        "",
+    ]
+    for i, commit in enumerate(commits, 1):
+        first_paragraph = commit.dep3.body.split("\n\n", 1)[0]
+        out += [f"{i}. **{commit_subject(commit.dep3.summary)}**", ""]
+        out += ["   " + line if line else "" for line in first_paragraph.splitlines()]
+        out.append("")
+    out += ["## Measured results", ""]
+    if bench is None:
+        out += [
+            "No bench/results/bench.json: run `python -m tools.bench` in the overlay",
+            "repo and `make pr` again.",
+        ]
+    else:
+        out += [
+            "tools/bench.py, eager vs the whole stack with both flags off and on:",
+            "",
+            bench.get("header", ""),
+            "",
+            *bench_table(bench["rows"]),
+        ]
+    out += ["", "## Tests", ""]
+    for commit in commits:
+        for test in commit.tests:
+            out.append(f'- `{test.dest}` (in "{commit_subject(commit.dep3.summary)}")')
+    out += [
+        f"- `{HELPER_PATH}`: helpers the tests share, generated from the overlay",
+        "  repo's test/compile_utils.py and tools/loopnest.py (compile, compare with",
+        "  eager, count the outer loop nests of each C++ kernel).",
+        "",
+        "The tests are pytest functions (run them with `pytest test/inductor/...` or",
+        "`python test/inductor/<file>.py`); they are not yet `TestCase` classes with",
+        "`run_tests()` as upstream's inductor tests are.",
+        "",
+    ]
+    if upstream_tests:
+        out += ["### Upstream tests, stock vs patched", "", upstream_tests.strip(), ""]
+    out += ["## Notes on the export", ""]
+    later_users: dict[str, list[str]] = {}
+    for commit in commits:
+        for rel in commit.uses:
+            later_users.setdefault(rel, []).append(commit.patch.name)
+    for commit in commits:
+        for rel in commit.modules:
+            users = [u for u in later_users.get(rel, []) if u != commit.patch.name]
+            line = f"- `{rel}` lands whole in {commit.patch.name}"
+            if users:
+                line += f"; {', '.join(users)} use later parts of it"
+            out.append(line + ".")
+    out += ["", "## Checks", ""] + [f"- {c}" for c in checks]
+    return "\n".join(out).rstrip() + "\n"
+
+
+# --------------------------------------------------------------------------
+# git
+
+
+def git_env(identity: tuple[str, str], date: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GIT_") or k in ("GIT_EXEC_PATH",)
+    }
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_AUTHOR_NAME=identity[0],
+        GIT_AUTHOR_EMAIL=identity[1],
+        GIT_COMMITTER_NAME=identity[0],
+        GIT_COMMITTER_EMAIL=identity[1],
+        GIT_AUTHOR_DATE=date,
+        GIT_COMMITTER_DATE=date,
+        LC_ALL="C",
+    )
+    return env
+
+
+def git(
+    cwd: Path,
+    *args: str,
+    env: dict[str, str],
+    check: bool = True,
+    input: str | None = None,
+) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, input=input
+    )
+    if check and proc.returncode != 0:
+        raise ExportError(
+            f"git {' '.join(args)} failed in {cwd}:\n"
+            + (proc.stdout + proc.stderr).strip()
+        )
+    return proc
+
+
+def repo_identity() -> tuple[str, str]:
+    def config(key: str) -> str:
+        proc = subprocess.run(
+            ["git", "config", key], cwd=REPO_ROOT, capture_output=True, text=True
+        )
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    name, email = config("user.name"), config("user.email")
+    return (name, email) if name and email else FALLBACK_IDENTITY
+
+
+def repo_date() -> str:
+    """The date of the last commit to what we export: stable between runs."""
+    proc = subprocess.run(
+        ["git", "log", "-1", "--format=%cI", "--", "patches", "overlay", "test"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    return proc.stdout.strip() or FALLBACK_DATE
+
+
+def init_repo(root: Path, env: dict[str, str]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "--quiet", "--initial-branch=main", env=env)
+    for key, value in (
+        ("core.autocrlf", "false"),
+        ("commit.gpgsign", "false"),
+        ("am.threeWay", "false"),
+    ):
+        git(root, "config", key, value, env=env)
+
+
+def write_files(root: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+
+
+def commit_base(root: Path, base: dict[str, bytes], env: dict[str, str]) -> str:
+    init_repo(root, env)
+    write_files(root, base)
+    git(root, "add", "--", *sorted(base), env=env)
+    git(
+        root,
+        "commit",
+        "--quiet",
+        "-m",
+        f"{UPSTREAM_REF} (partial: the files the series touches)",
+        env=env,
+    )
+    return git(root, "rev-parse", "HEAD", env=env).stdout.strip()
+
+
+# --------------------------------------------------------------------------
+# Pristine v2.13.0 files
+
+
+def default_base_roots() -> list[Path]:
+    roots = []
+    for venv in (REPO_ROOT / ".venv-stock", REPO_ROOT / ".venv"):
+        found = sorted(venv.glob("lib/python3*/site-packages"))
+        if found and (found[0] / "torch").is_dir():
+            roots.append(found[0])
+    return roots
+
+
+def read_pristine_files(series: Series, roots: Sequence[Path]) -> dict[str, bytes]:
+    """v2.13.0 bytes of every upstream file the series touches, hash-checked."""
+    if not roots:
+        raise ExportError(
+            "no torch 2.13.0 to copy pristine files from: run `make stock-venv` "
+            "or pass --base-from SITE_PACKAGES"
+        )
+    created = series.created_paths()
+    files: dict[str, bytes] = {}
+    for rel in series.touched_paths():
+        if rel in created:
+            continue
+        expected = series.manifest.get(rel)
+        if expected is None:
+            raise ExportError(f"{rel} is touched by the series but not pinned")
+        for root in roots:
+            try:
+                data = pristine_bytes(root, read_state(root), rel)
+            except OverlayError:
+                continue
+            if sha256_bytes(data) == expected and data is not None:
+                files[rel] = data
+                break
+        else:
+            raise ExportError(
+                f"no pristine {rel} (sha256 {expected}) under "
+                + ", ".join(str(r) for r in roots)
+            )
+    return files
+
+
+# --------------------------------------------------------------------------
+# The export
+
+
+@dataclasses.dataclass
+class Export:
+    out_dir: Path
+    patches: list[Path]
+    commits: list[PlannedCommit]
+    base_files: dict[str, bytes]
+    final_tree: str
+    checks: list[str]
+
+
+def read_repo_text(rel: str) -> str:
+    return (REPO_ROOT / rel).read_text()
+
+
+def export_sources() -> list[str]:
+    """What the export reads from this repo, besides the venvs."""
+    return [
+        "patches",
+        "overlay",
+        *HELPER_SOURCES,
+        *(t.source for t in TEST_EXPORTS),
+    ]
+
+
+def uncommitted_sources() -> list[str]:
+    proc = subprocess.run(
+        ["git", "status", "--porcelain", "--", *export_sources()],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    return [line[3:] for line in proc.stdout.splitlines() if line.strip()]
+
+
+def checkout_rev(rev: str, dest: Path) -> Path:
+    """patches/, overlay/, test/ and tools/ as committed at `rev`, under dest."""
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", rev, "patches", "overlay", "test", "tools"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+    )
+    if archive.returncode != 0:
+        raise ExportError(f"git archive {rev}: {archive.stderr.decode().strip()}")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def export_series(
+    out_dir: Path = DEFAULT_OUT,
+    *,
+    patches_dir: Path = DEFAULT_PATCHES_DIR,
+    overlay_dir: Path = DEFAULT_OVERLAY_DIR,
+    base_roots: Sequence[Path] | None = None,
+    bench_path: Path = DEFAULT_BENCH,
+    upstream_test_summary: Path = DEFAULT_UPSTREAM_TEST_SUMMARY,
+    read_source: Callable[[str], str] = read_repo_text,
+    identity: tuple[str, str] | None = None,
+    date: str | None = None,
+    check: bool = True,
+) -> Export:
+    series = load_series(patches_dir)
+    overlay = load_overlay_files(overlay_dir)
+    commits = plan_commits(series, overlay)
+    base = read_pristine_files(
+        series, default_base_roots() if base_roots is None else base_roots
+    )
+    bench = load_bench(bench_path)
+    env = git_env(identity or repo_identity(), date or repo_date())
+    helper = make_helper_module({name: read_source(name) for name in HELPER_SOURCES})
+
+    with tempfile.TemporaryDirectory(prefix="fusion-overlay-pr-") as tmp:
+        work = Path(tmp) / "pytorch"
+        base_commit = commit_base(work, base, env)
+        for commit in commits:
+            proc = git(
+                work,
+                "apply", "--index", "--whitespace=nowarn", str(commit.patch.path),
+                env=env, check=False,
+            )  # fmt: skip
+            if proc.returncode != 0:
+                raise ExportError(
+                    f"{commit.patch.name} does not apply to {UPSTREAM_REF} "
+                    f"+ the patches before it:\n{proc.stderr.strip()}"
+                )
+            files = {rel: overlay[rel] for rel in commit.modules}
+            for test in commit.tests:
+                text = export_test(read_source(test.source), test.source)
+                check_helper_imports(text, helper, test.source)
+                files[test.dest] = text.encode()
+            if commit.helper:
+                files[HELPER_PATH] = helper.encode()
+            write_files(work, files)
+            if files:
+                git(work, "add", "--", *sorted(files), env=env)
+            git(
+                work, "commit", "--quiet", "-F", "-",
+                env=env, input=commit_message(commit, bench),
+            )  # fmt: skip
+        final_tree = git(work, "rev-parse", "HEAD^{tree}", env=env).stdout.strip()
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for old in out_dir.glob("*.patch"):
+            old.unlink()
+        listing = git(
+            work,
+            "format-patch", "--quiet", "--zero-commit", "--no-signature",
+            "--no-numbered", "-o", str(out_dir.resolve()), f"{base_commit}..HEAD",
+            env=env,
+        ).stdout  # fmt: skip
+        patches = [Path(line) for line in listing.splitlines() if line.strip()]
+        if not patches:
+            patches = sorted(out_dir.glob("*.patch"))
+
+    export = Export(out_dir, patches, commits, base, final_tree, [])
+    if check:
+        check_am(export, env)
+        export.checks.append(
+            f"`git am` of the {len(patches)} patches on a fresh partial "
+            f"{UPSTREAM_REF} tree: applies, same final tree ({final_tree[:12]})"
+        )
+    summary = (
+        upstream_test_summary.read_text() if upstream_test_summary.is_file() else None
+    )
+    write_description(export, bench, summary)
+    return export
+
+
+def write_description(export: Export, bench: dict | None, summary: str | None) -> None:
+    text = pr_description(export.commits, bench, export.checks, summary)
+    (export.out_dir / PR_DESCRIPTION).write_text(text)
+
+
+def check_am(export: Export, env: dict[str, str]) -> None:
+    """A fresh partial v2.13.0 tree + `git am` must reach the exported tree."""
+    with tempfile.TemporaryDirectory(prefix="fusion-overlay-am-") as tmp:
+        root = Path(tmp) / "pytorch"
+        commit_base(root, export.base_files, env)
+        proc = git(
+            root, "am", "--quiet", *[str(p.resolve()) for p in export.patches],
+            env=env, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise ExportError(
+                f"git am of the export failed:\n{proc.stdout}{proc.stderr}"
+            )
+        tree = git(root, "rev-parse", "HEAD^{tree}", env=env).stdout.strip()
+        if tree != export.final_tree:
+            raise ExportError(
+                f"git am of the export reached tree {tree}, "
+                f"expected {export.final_tree}"
+            )
+
+
+# --------------------------------------------------------------------------
+# Against a PyTorch checkout: --pytorch-src [--onto REF]
+
+
+@dataclasses.dataclass
+class PatchResult:
+    patch: str
+    status: str  # "clean", "3-way merged", "conflict", "failed"
+    files: list[str]  # conflicting files
+    detail: str = ""
+
+    @property
+    def applied(self) -> bool:
+        return self.status in ("clean", "3-way merged")
+
+
+def is_git_repo(path: Path) -> bool:
+    proc = subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "--git-dir"], capture_output=True
+    )
+    return proc.returncode == 0
+
+
+def exported_paths(export: Export) -> list[str]:
+    paths = set(export.base_files)
+    for commit in export.commits:
+        paths.update(c.path for c in commit.patch.changes)
+        paths.update(commit.modules)
+        paths.update(t.dest for t in commit.tests)
+        if commit.helper:
+            paths.add(HELPER_PATH)
+    return sorted(paths)
+
+
+def apply_onto(
+    src: Path, ref: str, export: Export, env: dict[str, str], out_dir: Path | None
+) -> tuple[str, list[PatchResult]]:
+    """`git am --3way` of each patch onto REF of the checkout `src`.
+
+    Works in a throwaway clone that borrows src's objects (`--shared`) and
+    checks out only the paths the series touches, so src is only read.  A
+    patch that fails is skipped and the next one tried on top of the others.
+    """
+    src = src.resolve()
+    with tempfile.TemporaryDirectory(prefix="fusion-overlay-onto-") as tmp:
+        clone = Path(tmp) / "pytorch"
+        if is_git_repo(src):
+            proc = git(
+                src, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}",
+                env=env, check=False,
+            )  # fmt: skip
+            if proc.returncode != 0:
+                raise ExportError(f"{ref!r} is not a commit in {src}")
+            commit = proc.stdout.strip()
+            git(Path(tmp), "clone", "--quiet", "--shared", "--no-checkout",
+                str(src), str(clone), env=env)  # fmt: skip
+            for key, value in (("core.autocrlf", "false"), ("commit.gpgsign", "false")):
+                git(clone, "config", key, value, env=env)
+            git(clone, "sparse-checkout", "set", "--no-cone",
+                *["/" + p for p in exported_paths(export)], env=env)  # fmt: skip
+            git(clone, "checkout", "--quiet", "-b", "onto", commit, env=env)
+            described = git(
+                src, "describe", "--tags", "--always", commit, env=env, check=False
+            ).stdout.strip()
+            label = f"{ref} ({described or commit[:12]}, {commit[:12]})"
+        else:
+            # A source tree without git (a release tarball): its files, as a base.
+            if ref != "HEAD":
+                raise ExportError(f"--onto needs a git checkout; {src} is not one")
+            files = {
+                rel: (src / rel).read_bytes()
+                for rel in export.base_files
+                if (src / rel).is_file()
+            }
+            commit = commit_base(clone, files, env)
+            label = f"the files of {src} (not a git checkout)"
+        results = [am_one(clone, patch, env) for patch in export.patches]
+        if out_dir is not None:
+            for old in out_dir.glob("*.patch"):
+                old.unlink()  # a stale rebased set must not outlive a conflict
+        if out_dir is not None and all(r.applied for r in results):
+            out_dir.mkdir(parents=True, exist_ok=True)
+            git(clone, "format-patch", "--quiet", "--zero-commit", "--no-signature",
+                "-o", str(out_dir.resolve()), f"{commit}..HEAD", env=env)  # fmt: skip
+    return label, results
+
+
+def am_one(clone: Path, patch: Path, env: dict[str, str]) -> PatchResult:
+    name = patch.name
+    proc = git(clone, "am", "--3way", str(patch.resolve()), env=env, check=False)
+    output = proc.stdout + proc.stderr
+    if proc.returncode == 0:
+        merged = "Falling back to patching base and 3-way merge" in output
+        return PatchResult(name, "3-way merged" if merged else "clean", [])
+    conflicts = sorted(set(re.findall(r"CONFLICT \([^)]*\): .*? in (\S+)", output)))
+    if not conflicts:
+        conflicts = sorted(set(re.findall(r"error: patch failed: ([^:\s]+)", output)))
+    git(clone, "am", "--abort", env=env, check=False)
+    status = "conflict" if conflicts else "failed"
+    return PatchResult(name, status, conflicts, output.strip())
+
+
+def format_results(label: str, results: list[PatchResult], bullet: str = "") -> str:
+    """One summary line, then a line per patch (indented, `bullet` in front)."""
+    bad = [r for r in results if not r.applied]
+    lines = [
+        f"`git am --3way` onto {label}: {len(results) - len(bad)} of "
+        f"{len(results)} apply" + (f", {len(bad)} need rebasing by hand" if bad else "")
+    ]
+    for r in results:
+        line = f"  {bullet}{r.patch}: {r.status}"
+        if r.files:
+            line += " in " + ", ".join(r.files)
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def safe_ref_name(ref: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", ref).strip("_") or "ref"
+
+
+# --------------------------------------------------------------------------
+# Command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.pr", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--pytorch-src",
+        default=os.environ.get("PYTORCH_SRC") or None,
+        help="a PyTorch checkout to check the set against (default: $PYTORCH_SRC)",
+    )
+    parser.add_argument(
+        "--onto", default=None, help="a commit of --pytorch-src to rebase onto (HEAD)"
+    )
+    parser.add_argument(
+        "--base-from",
+        type=Path,
+        action="append",
+        help="site-packages dir holding pristine torch 2.13.0 (default: the venvs)",
+    )
+    parser.add_argument("--bench", type=Path, default=DEFAULT_BENCH)
+    parser.add_argument(
+        "--rev",
+        default=None,
+        help="export patches/, overlay/ and the tests as committed at REV "
+        "(default: the working tree)",
+    )
+    return parser
+
+
+def _export_from(args: argparse.Namespace, tmp: Path) -> Export:
+    if args.rev is None:
+        dirty = uncommitted_sources()
+        if dirty:
+            print(
+                "warning: exporting uncommitted changes (use --rev HEAD for the "
+                "committed state): " + ", ".join(dirty),
+                file=sys.stderr,
+            )
+        return export_series(args.out, base_roots=args.base_from, bench_path=args.bench)
+    root = checkout_rev(args.rev, tmp)
+    return export_series(
+        args.out,
+        patches_dir=root / "patches",
+        overlay_dir=root / "overlay",
+        base_roots=args.base_from,
+        bench_path=args.bench,
+        read_source=lambda rel: (root / rel).read_text(),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.onto and not args.pytorch_src:
+        print("error: --onto needs --pytorch-src (or PYTORCH_SRC)", file=sys.stderr)
+        return 2
+    if shutil.which("git") is None:
+        print("error: git is needed", file=sys.stderr)
+        return 2
+    try:
+        with tempfile.TemporaryDirectory(prefix="fusion-overlay-rev-") as tmp:
+            export = _export_from(args, Path(tmp))
+        print(f"wrote {len(export.patches)} patches to {export.out_dir}:")
+        for patch in export.patches:
+            print(f"  {patch.name}")
+        for line in export.checks:
+            print(f"check: {line}")
+        code = 0
+        if args.pytorch_src:
+            src = Path(args.pytorch_src)
+            if not (src / "torch").is_dir():
+                raise ExportError(
+                    f"PYTORCH_SRC={src} has no torch/: not a PyTorch checkout"
+                )
+            ref = args.onto or "HEAD"
+            env = git_env(repo_identity(), repo_date())
+            onto_dir = args.out / f"onto-{safe_ref_name(ref)}"
+            label, results = apply_onto(src, ref, export, env, onto_dir)
+            print(format_results(label, results))
+            clean = all(r.applied for r in results)
+            if clean:
+                print(f"rebased set: {onto_dir}")
+            export.checks.append(format_results(f"{label} of {src}", results, "- "))
+            write_description(
+                export,
+                load_bench(args.bench),
+                DEFAULT_UPSTREAM_TEST_SUMMARY.read_text()
+                if DEFAULT_UPSTREAM_TEST_SUMMARY.is_file()
+                else None,
+            )
+            code = 0 if clean else 1
+        print(f"description: {export.out_dir / PR_DESCRIPTION}")
+        return code
+    except (ExportError, SeriesError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
