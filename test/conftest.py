@@ -50,7 +50,9 @@ def write_pristine_torch(root: Path, version: str | None = "2.13.0+cpu") -> Path
     """A minimal torch/ under `root`: every pinned upstream file, pristine."""
     torch_dir = root / "torch"
     torch_dir.mkdir(parents=True)
-    (torch_dir / "__init__.py").write_text("# test stub: only the pinned files are real\n")
+    (torch_dir / "__init__.py").write_text(
+        "# test stub: only the pinned files are real\n"
+    )
     if version is not None:
         (torch_dir / "version.py").write_text(f"__version__ = '{version}'\n")
     for rel in load_manifest(DEFAULT_PATCHES_DIR / MANIFEST_NAME):
@@ -78,6 +80,8 @@ def site_packages(tmp_path: Path) -> Path:
 def checkout(tmp_path: Path) -> Path:
     """A fake PyTorch v2.13.0 source checkout (no build, just the layout)."""
     root = write_pristine_torch(tmp_path / "pytorch", version=None)
-    (root / "setup.py").write_text("raise SystemExit('stub: not a real PyTorch checkout')\n")
+    (root / "setup.py").write_text(
+        "raise SystemExit('stub: not a real PyTorch checkout')\n"
+    )
     (root / "version.txt").write_text("2.13.0\n")
     return root

@@ -89,7 +89,9 @@ def test_member_by_member_merge_breaks_codegen(monkeypatch):
             if isinstance(snode, SchedulerNode):
                 snode.merge_loops()
 
-    monkeypatch.setattr(cpp_loop_ordering, "merge_loops_consistently", merge_each_member)
+    monkeypatch.setattr(
+        cpp_loop_ordering, "merge_loops_consistently", merge_each_member
+    )
     fn, args = layernorm_3d()
     with pytest.raises(Exception, match="AssertionError"):
         compile_and_inspect(fn, args, extra_config=LOOP_ORDERING_ONLY)

@@ -32,12 +32,18 @@ FLAGS_OFF = {
 def dump_corpus(python: Path, workdir: Path) -> dict:
     workdir.mkdir()
     out = workdir / "dump.json"
-    env = {**os.environ, **FLAGS_OFF, "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor-cache")}
+    env = {
+        **os.environ,
+        **FLAGS_OFF,
+        "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor-cache"),
+    }
     result = subprocess.run(
         [str(python), str(CORPUS_SCRIPT), "--out", str(out)],
         env=env, cwd=workdir, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
-    assert result.returncode == 0, f"{python} corpus run failed:\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, (
+        f"{python} corpus run failed:\n{result.stderr[-4000:]}"
+    )
     return json.loads(out.read_text())
 
 
@@ -56,7 +62,9 @@ def dumps(tmp_path_factory) -> dict[str, dict]:
 
 
 def test_runs_are_what_they_claim(dumps):
-    assert dumps["stock"]["overlay_flags"] is None, "the stock venv has the overlay applied"
+    assert dumps["stock"]["overlay_flags"] is None, (
+        "the stock venv has the overlay applied"
+    )
     assert dumps["patched"]["overlay_flags"] == {
         "outer_loop_fusion_retile": False,
         "loop_ordering_after_fusion": False,
@@ -70,9 +78,15 @@ def test_flags_off_code_matches_stock(dumps, name):
     assert "error" not in patched, patched.get("error")
     if stock["code"] != patched["code"]:
         diff = difflib.unified_diff(
-            stock["code"].splitlines(), patched["code"].splitlines(), "stock", "patched (flags off)", lineterm=""
+            stock["code"].splitlines(),
+            patched["code"].splitlines(),
+            "stock",
+            "patched (flags off)",
+            lineterm="",
         )
-        pytest.fail(f"{name}: generated code differs from stock:\n" + "\n".join(list(diff)[:80]))
+        pytest.fail(
+            f"{name}: generated code differs from stock:\n" + "\n".join(list(diff)[:80])
+        )
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))
@@ -80,4 +94,6 @@ def test_compiled_matches_eager(dumps, name):
     for run in ("stock", "patched"):
         result = dumps[run]["programs"][name]
         assert "error" not in result, result.get("error")
-        assert result["allclose"], f"{run}: {name} max abs error {result['max_abs_err']}"
+        assert result["allclose"], (
+            f"{run}: {name} max abs error {result['max_abs_err']}"
+        )

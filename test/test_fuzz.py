@@ -106,8 +106,12 @@ class _FakeCompiled:
 
 
 def test_repro_file_rebuilds_the_case(tmp_path):
-    case = FuzzCase(RELU_SOURCE, (InputSpec((2, 3), "bfloat16", "transposed"),), 7, True, "seed")
-    path = write_repro(case, "flags on disagrees with flags off", "detail one; detail two", tmp_path)
+    case = FuzzCase(
+        RELU_SOURCE, (InputSpec((2, 3), "bfloat16", "transposed"),), 7, True, "seed"
+    )
+    path = write_repro(
+        case, "flags on disagrees with flags off", "detail one; detail two", tmp_path
+    )
     assert path.name == f"test_fuzz_{case.digest()}.py"
     spec = importlib.util.spec_from_file_location("fuzz_repro", path)
     module = importlib.util.module_from_spec(spec)
@@ -174,7 +178,13 @@ def _mutant_env(tmp_path: Path) -> dict[str, str]:
 
 def _run(cmd: list[str], env: dict, timeout: int) -> subprocess.CompletedProcess:
     return subprocess.run(
-        cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        cmd,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -195,7 +205,15 @@ def test_fuzzer_catches_a_broken_split(tmp_path):
     assert "F.group_norm(" in files[0].read_text(), files[0].read_text()
 
     # The shrunk repro is a standalone test: it fails with the mutant, passes without.
-    pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(files[0])]
+    pytest_cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        str(files[0]),
+    ]
     with_mutant = _run(pytest_cmd, env, timeout=300)
     assert with_mutant.returncode == 1, with_mutant.stdout + with_mutant.stderr
     clean_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}

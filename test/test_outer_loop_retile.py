@@ -26,6 +26,7 @@ def compile_and_inspect(fn, args, *, extra_config=None, **kwargs):
         fn, args, extra_config={**RETILE_ONLY, **(extra_config or {})}, **kwargs
     )
 
+
 from torch._inductor.codegen.cpp_outer_loop_split import split_for_outer_extent
 
 
@@ -138,7 +139,9 @@ def test_thread_guard_rolls_back_to_stock_loops():
     ln = layer_norm(1000)
     x = torch.randn(3, 1000)
     patched = compile_and_inspect(ln, (x,), extra_config={"cpp.threads": 2})
-    stock = compile_and_inspect(ln, (x,), overlay=False, extra_config={"cpp.threads": 2})
+    stock = compile_and_inspect(
+        ln, (x,), overlay=False, extra_config={"cpp.threads": 2}
+    )
     assert patched.retiled == 0
     assert patched.nests == stock.nests == [4]
     assert patched.kernels == stock.kernels
@@ -159,7 +162,6 @@ def test_thread_guard_rolls_back_to_stock_loops():
 )
 def test_split_is_exact_only(sizes, outer, expected):
     assert split_for_outer_extent(sizes, outer) == expected
-
 
 
 # --- the local-buffer miscompile of stock 2.13.0 ------------------------------

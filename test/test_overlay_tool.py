@@ -30,7 +30,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def apply(root: Path, patches: Path = DEFAULT_PATCHES_DIR, overlay_dir: Path | None = None) -> str:
+def apply(
+    root: Path, patches: Path = DEFAULT_PATCHES_DIR, overlay_dir: Path | None = None
+) -> str:
     overlay = tool.load_overlay(patches, overlay_dir or tool.DEFAULT_OVERLAY_DIR)
     return tool.apply(resolve_target(root), overlay)
 
@@ -70,11 +72,15 @@ def test_apply_twice_is_a_noop(site_packages):
     mtimes = {p: p.stat().st_mtime_ns for p in site_packages.rglob("*") if p.is_file()}
     assert "already applied" in apply(site_packages)
     assert snapshot(site_packages) == files
-    assert {p: p.stat().st_mtime_ns for p in site_packages.rglob("*") if p.is_file()} == mtimes
+    assert {
+        p: p.stat().st_mtime_ns for p in site_packages.rglob("*") if p.is_file()
+    } == mtimes
 
 
 def test_wrong_upstream_file_is_refused_and_nothing_changes(site_packages):
-    (site_packages / CONFIG).write_bytes((site_packages / CONFIG).read_bytes() + b"# local\n")
+    (site_packages / CONFIG).write_bytes(
+        (site_packages / CONFIG).read_bytes() + b"# local\n"
+    )
     before = snapshot(site_packages)
     result = run_cli("apply", "--target", str(site_packages))
     assert result.returncode == 1
@@ -90,7 +96,11 @@ def test_wrong_torch_version_is_refused(tmp_path):
     root = write_pristine_torch(tmp_path / "sp", version="2.12.1")
     before = snapshot(root)
     result = run_cli("apply", "--target", str(root))
-    assert result.returncode == 1 and "2.12.1" in result.stderr and "version.py" in result.stderr
+    assert (
+        result.returncode == 1
+        and "2.12.1" in result.stderr
+        and "version.py" in result.stderr
+    )
     assert snapshot(root) == before
 
 
@@ -102,7 +112,9 @@ def test_failing_patch_leaves_target_untouched(site_packages, tmp_path):
         "@@ -1,2 +1,3 @@\n this line is not in config.py\n+added\n and neither is this one\n"
     )
     before = snapshot(site_packages)
-    with pytest.raises(tool.OverlayError, match=f"9999-broken.patch does not apply to {CONFIG}"):
+    with pytest.raises(
+        tool.OverlayError, match=f"9999-broken.patch does not apply to {CONFIG}"
+    ):
         apply(site_packages, patches)
     assert snapshot(site_packages) == before
 
@@ -127,14 +139,18 @@ def test_failure_midway_through_the_swap_rolls_back(site_packages, monkeypatch):
 
 def test_dirty_install_is_refused(site_packages):
     apply(site_packages)
-    (site_packages / CONFIG).write_bytes((site_packages / CONFIG).read_bytes() + b"# hand edit\n")
+    (site_packages / CONFIG).write_bytes(
+        (site_packages / CONFIG).read_bytes() + b"# hand edit\n"
+    )
     with pytest.raises(tool.OverlayError, match=f"dirty install.*\n.*{CONFIG}"):
         apply(site_packages)
     with pytest.raises(tool.OverlayError, match="dirty install"):
         tool.revert(resolve_target(site_packages))
     assert run_cli("verify", "--target", str(site_packages)).returncode == 1
     tool.revert(resolve_target(site_packages), force=True)
-    assert run_cli("verify", "--pristine", "--target", str(site_packages)).returncode == 0
+    assert (
+        run_cli("verify", "--pristine", "--target", str(site_packages)).returncode == 0
+    )
 
 
 def test_changed_series_is_reapplied_from_the_backups(site_packages, tmp_path):
@@ -157,7 +173,9 @@ def test_reinstalled_torch_under_an_applied_tree_is_reapplied(site_packages):
     apply(site_packages)
     for rel, data in before.items():  # pip install --force-reinstall torch
         (site_packages / rel).write_bytes(data)
-    assert "pristine again" in tool.status(resolve_target(site_packages), tool.load_overlay())
+    assert "pristine again" in tool.status(
+        resolve_target(site_packages), tool.load_overlay()
+    )
     assert apply(site_packages).startswith("re-applied")
     tool.revert(resolve_target(site_packages))
     assert snapshot(site_packages) == before
@@ -183,7 +201,9 @@ def test_target_must_hold_torch(tmp_path):
 def test_empty_overlay_dir_is_fine(site_packages, tmp_path):
     before = snapshot(site_packages)
     (tmp_path / "overlay").mkdir()
-    assert "0 overlay module(s)" in apply(site_packages, overlay_dir=tmp_path / "overlay")
+    assert "0 overlay module(s)" in apply(
+        site_packages, overlay_dir=tmp_path / "overlay"
+    )
     tool.revert(resolve_target(site_packages))
     assert snapshot(site_packages) == before
 

@@ -209,7 +209,9 @@ def run_workload(workload: Workload, threads: int, reps: int, copy_gbs: float) -
     fn, args, min_bytes = workload.make()
     stock, stock_nests, stock_compile = _compile(fn, args, overlay=False)
     patched, patched_nests, patched_compile = _compile(fn, args, overlay=True)
-    times = _time_interleaved({"eager": fn, "stock": stock, "patched": patched}, args, reps)
+    times = _time_interleaved(
+        {"eager": fn, "stock": stock, "patched": patched}, args, reps
+    )
     stats = {name: _summary(t) for name, t in times.items()}
     patched_s = stats["patched"]["min_ms"] / 1e3
     return {
@@ -264,8 +266,18 @@ def _chart(rows: list[dict], path: Path) -> bool:
     labels = [f"{r['workload']} t{r['threads']}" for r in rows]
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1))
     ys = range(len(rows))
-    ax.barh([y + 0.2 for y in ys], [1 / r["stock_over_eager"] for r in rows], 0.4, label="stock")
-    ax.barh([y - 0.2 for y in ys], [1 / r["patched_over_eager"] for r in rows], 0.4, label="patched")
+    ax.barh(
+        [y + 0.2 for y in ys],
+        [1 / r["stock_over_eager"] for r in rows],
+        0.4,
+        label="stock",
+    )
+    ax.barh(
+        [y - 0.2 for y in ys],
+        [1 / r["patched_over_eager"] for r in rows],
+        0.4,
+        label="patched",
+    )
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_yticks(list(ys), labels)
     ax.set_xlabel("speed vs eager (higher is better)")
@@ -310,8 +322,19 @@ def _run_child(opts, malloc: str, out: Path) -> dict:
     if malloc == "tuned":
         env["GLIBC_TUNABLES"] = NO_PAGE_FAULT_TUNABLES
     args = [
-        sys.executable, "-m", "tools.bench", "--child", str(out), "--malloc", malloc,
-        "--threads", opts.threads, "--reps", str(opts.reps), "--only", opts.only,
+        sys.executable,
+        "-m",
+        "tools.bench",
+        "--child",
+        str(out),
+        "--malloc",
+        malloc,
+        "--threads",
+        opts.threads,
+        "--reps",
+        str(opts.reps),
+        "--only",
+        opts.only,
     ]
     subprocess.run(args, env=env, check=True)
     return json.loads(out.read_text())
@@ -349,11 +372,15 @@ def main(argv=None) -> int:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"allocator: GLIBC_TUNABLES={NO_PAGE_FAULT_TUNABLES} (no page faults on large outputs)")
+        print(
+            f"allocator: GLIBC_TUNABLES={NO_PAGE_FAULT_TUNABLES} (no page faults on large outputs)"
+        )
         tuned = _run_child(opts, "tuned", Path(tmp) / "tuned.json")
         rows = tuned["rows"]
         if not opts.no_default_malloc:
-            print("allocator: glibc default (outputs of 32 MiB or more page-fault on every call)")
+            print(
+                "allocator: glibc default (outputs of 32 MiB or more page-fault on every call)"
+            )
             default = _run_child(opts, "default", Path(tmp) / "default.json")
             _merge_default_malloc(rows, default["rows"])
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -367,7 +394,9 @@ def main(argv=None) -> int:
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / "bench.md").write_text(table + "\n")
     (opts.out / "bench.json").write_text(
-        json.dumps({"header": header, "copy_gbs": tuned["copy_gbs"], "rows": rows}, indent=2)
+        json.dumps(
+            {"header": header, "copy_gbs": tuned["copy_gbs"], "rows": rows}, indent=2
+        )
     )
     if _chart(rows, opts.out / "bench.png"):
         print(f"chart: {opts.out / 'bench.png'}")

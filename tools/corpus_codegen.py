@@ -144,7 +144,9 @@ def avg_pool_relu_channels_last():
 
 @program
 def max_pool2d():
-    return Case(lambda x: F.max_pool2d(x, 3, stride=2, padding=1), (torch.randn(2, 8, 16, 16),))
+    return Case(
+        lambda x: F.max_pool2d(x, 3, stride=2, padding=1), (torch.randn(2, 8, 16, 16),)
+    )
 
 
 @program
@@ -152,7 +154,9 @@ def bias_gelu_layer_norm():
     def block(x, bias, weight, beta):
         return F.layer_norm(F.gelu(x + bias), (COLS,), weight, beta)
 
-    return Case(block, (rows(), torch.randn(COLS), torch.randn(COLS), torch.randn(COLS)))
+    return Case(
+        block, (rows(), torch.randn(COLS), torch.randn(COLS), torch.randn(COLS))
+    )
 
 
 @program
@@ -203,7 +207,9 @@ def normalize_code(code: str) -> str:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     replacements = {cache_dir(): "<cache>", sys.prefix: "<prefix>"}
-    lines = [ln for ln in code.splitlines() if not ln.startswith("Output code written to:")]
+    lines = [
+        ln for ln in code.splitlines() if not ln.startswith("Output code written to:")
+    ]
     text = "\n".join(lines)
     for old, new in replacements.items():
         text = text.replace(old, new)
@@ -217,8 +223,17 @@ def outputs_close(expected, actual, tol: float) -> tuple[bool, float]:
         return False, float("inf")
     ok, worst = True, 0.0
     for e, a in zip(expected, actual):
-        ok &= e.shape == a.shape and e.dtype == a.dtype and torch.allclose(e, a, atol=tol, rtol=tol)
-        worst = max(worst, (e.float() - a.float()).abs().max().item() if e.shape == a.shape else float("inf"))
+        ok &= (
+            e.shape == a.shape
+            and e.dtype == a.dtype
+            and torch.allclose(e, a, atol=tol, rtol=tol)
+        )
+        worst = max(
+            worst,
+            (e.float() - a.float()).abs().max().item()
+            if e.shape == a.shape
+            else float("inf"),
+        )
     return ok, worst
 
 
@@ -264,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = run_case(name)
         except Exception:  # one broken program must not hide the others
             results[name] = {"error": traceback.format_exc(limit=8)}
-        print(f"{name}: {results[name].get('compile_s', 'ERROR')}", file=sys.stderr, flush=True)
+        print(
+            f"{name}: {results[name].get('compile_s', 'ERROR')}",
+            file=sys.stderr,
+            flush=True,
+        )
     dump = {
         "python": sys.executable,
         "torch_version": torch.__version__,

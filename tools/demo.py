@@ -40,7 +40,11 @@ class Workload:
 def workloads() -> list[Workload]:
     torch.manual_seed(0)
     return [
-        Workload("LayerNorm(1024) on (512, 1024)", torch.nn.LayerNorm(1024), [torch.randn(512, 1024)]),
+        Workload(
+            "LayerNorm(1024) on (512, 1024)",
+            torch.nn.LayerNorm(1024),
+            [torch.randn(512, 1024)],
+        ),
         Workload(
             "seed GroupNorm(2, 16) on (2, 16, 32, 32)",
             torch.nn.GroupNorm(2, 16),
@@ -58,7 +62,9 @@ def compile_with(workload: Workload, flags: dict) -> tuple[Callable, str]:
     torch._dynamo.reset()
     graph = torch.fx.symbolic_trace(workload.module)
     options = {**workload.config, **flags}
-    compiled, code = run_and_get_cpp_code(torch._inductor.compile, graph, workload.inputs, options)
+    compiled, code = run_and_get_cpp_code(
+        torch._inductor.compile, graph, workload.inputs, options
+    )
     return compiled, code
 
 
@@ -69,10 +75,15 @@ def ms_per_call(fn: Callable, inputs: list, iters: int) -> float:
     return (time.perf_counter() - start) / iters * 1e3
 
 
-def interleaved_medians(fns: dict[str, Callable], inputs: list, rounds: int = 21, sample_ms: float = 10.0) -> dict:
+def interleaved_medians(
+    fns: dict[str, Callable], inputs: list, rounds: int = 21, sample_ms: float = 10.0
+) -> dict:
     """Round-robin the contenders so drift on a shared machine hits all alike;
     each sample runs ~sample_ms so one preemption does not decide it."""
-    iters = {name: max(1, int(sample_ms / ms_per_call(fn, inputs, 3))) for name, fn in fns.items()}
+    iters = {
+        name: max(1, int(sample_ms / ms_per_call(fn, inputs, 3)))
+        for name, fn in fns.items()
+    }
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
@@ -94,8 +105,12 @@ def show(workload: Workload) -> None:
         print(f"  flags on  (overlay):       {describe_nests(on_code)}")
         eager = workload.module
         for compiled in (off, on):
-            torch.testing.assert_close(compiled(*workload.inputs), eager(*workload.inputs))
-        times = interleaved_medians({"eager": eager, "flags off": off, "flags on": on}, workload.inputs)
+            torch.testing.assert_close(
+                compiled(*workload.inputs), eager(*workload.inputs)
+            )
+        times = interleaved_medians(
+            {"eager": eager, "flags off": off, "flags on": on}, workload.inputs
+        )
     for name, ms in times.items():
         print(f"  {name:<10} {ms:8.3f} ms   ({times['eager'] / ms:4.2f}x eager)")
     print(f"  flags on vs off: {times['flags off'] / times['flags on']:.2f}x")
@@ -103,9 +118,13 @@ def show(workload: Workload) -> None:
 
 def main() -> None:
     load = os.getloadavg()[0]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {load:.1f}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {load:.1f}"
+    )
     if load > 0.5 * (os.cpu_count() or 1):
-        print("note: the machine is busy; OpenMP kernels time badly when their threads are preempted")
+        print(
+            "note: the machine is busy; OpenMP kernels time badly when their threads are preempted"
+        )
     for workload in workloads():
         show(workload)
 

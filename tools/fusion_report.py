@@ -95,7 +95,9 @@ def render(title: str, code: str, decisions: list[str], counters: dict) -> str:
     from tools.loopnest import analyze
 
     kernels = analyze(code)
-    lines = [f"== {title}: {len(kernels)} kernel(s), {sum(k.nests for k in kernels)} loop nest(s)"]
+    lines = [
+        f"== {title}: {len(kernels)} kernel(s), {sum(k.nests for k in kernels)} loop nest(s)"
+    ]
     lines += [f"   kernel {i}: {k.nests} nest(s)" for i, k in enumerate(kernels)]
     lines += [f"   {name}: {value}" for name, value in counters.items()]
     lines.append("   decisions:")

@@ -101,7 +101,11 @@ def is_leftover_state(root: Path, state: dict) -> bool:
 
 
 def check_not_dirty(root: Path, state: dict) -> None:
-    bad = [rel for rel, kind in classify_tracked_files(root, state).items() if kind != "applied"]
+    bad = [
+        rel
+        for rel, kind in classify_tracked_files(root, state).items()
+        if kind != "applied"
+    ]
     if bad:
         lines = [
             f"  {rel}: expected {state['files'][rel]['applied_sha256']} (as applied), "
@@ -135,13 +139,17 @@ def pristine_bytes(root: Path, state: dict | None, rel: str) -> bytes | None:
 # Checks against the pinned manifest
 
 
-def check_pristine_against_manifest(series: Series, pristine: dict[str, bytes | None]) -> None:
+def check_pristine_against_manifest(
+    series: Series, pristine: dict[str, bytes | None]
+) -> None:
     created = series.created_paths()
     for rel in series.touched_paths():
         data = pristine[rel]
         if rel in created:
             if data is not None:
-                raise OverlayError(f"{rel}: the series creates it, but the target already has one")
+                raise OverlayError(
+                    f"{rel}: the series creates it, but the target already has one"
+                )
             continue
         expected = series.manifest.get(rel)
         if expected is None:
@@ -150,7 +158,9 @@ def check_pristine_against_manifest(series: Series, pristine: dict[str, bytes | 
                 f"patches/{MANIFEST_NAME}; add `sha256sum {rel}` of a pristine torch 2.13.0"
             )
         if data is None:
-            raise OverlayError(f"{rel}: missing from the target (expected sha256 {expected})")
+            raise OverlayError(
+                f"{rel}: missing from the target (expected sha256 {expected})"
+            )
         actual = sha256_bytes(data)
         if actual != expected:
             raise OverlayError(
@@ -159,11 +169,15 @@ def check_pristine_against_manifest(series: Series, pristine: dict[str, bytes | 
             )
 
 
-def check_overlay_paths_free(series: Series, overlay: dict[str, bytes], pristine: dict) -> None:
+def check_overlay_paths_free(
+    series: Series, overlay: dict[str, bytes], pristine: dict
+) -> None:
     touched = set(series.touched_paths())
     for rel in overlay:
         if rel in touched:
-            raise OverlayError(f"{rel} is both an overlay module and patched by the series")
+            raise OverlayError(
+                f"{rel} is both an overlay module and patched by the series"
+            )
         if pristine[rel] is not None:
             raise OverlayError(f"overlay module {rel} would overwrite an upstream file")
 
@@ -172,7 +186,9 @@ def check_overlay_paths_free(series: Series, overlay: dict[str, bytes], pristine
 # Staging: run the series over pristine copies, away from the target
 
 
-def stage_series(series: Series, pristine: dict[str, bytes | None]) -> dict[str, bytes | None]:
+def stage_series(
+    series: Series, pristine: dict[str, bytes | None]
+) -> dict[str, bytes | None]:
     """Patched content of every file the series touches (None = deleted)."""
     if shutil.which("patch") is None:
         raise OverlayError("GNU patch is needed (apt-get install patch)")
@@ -212,7 +228,11 @@ def failed_files(patch_output: str) -> list[str]:
     for line in patch_output.splitlines():
         if line.startswith("patching file "):
             current = line[len("patching file ") :].strip("'\"")
-        elif ("FAILED" in line or "Skipping patch" in line) and current and current not in failed:
+        elif (
+            ("FAILED" in line or "Skipping patch" in line)
+            and current
+            and current not in failed
+        ):
             failed.append(current)
     return failed
 
@@ -319,7 +339,9 @@ class Overlay:
         return fingerprint(self.series, self.modules)
 
 
-def load_overlay(patches_dir: Path = DEFAULT_PATCHES_DIR, overlay_dir: Path = DEFAULT_OVERLAY_DIR) -> Overlay:
+def load_overlay(
+    patches_dir: Path = DEFAULT_PATCHES_DIR, overlay_dir: Path = DEFAULT_OVERLAY_DIR
+) -> Overlay:
     return Overlay(load_series(patches_dir), load_overlay_files(overlay_dir))
 
 
@@ -347,12 +369,18 @@ def apply(target: Target, overlay: Overlay) -> str:
         # Backups and state go in before the files they describe: if the
         # process dies midway, the state still knows where the pristine copies are.
         for rel in wanted_paths:
-            if pristine[rel] is not None and read_file(root, backup_rel(rel)) != pristine[rel]:
+            if (
+                pristine[rel] is not None
+                and read_file(root, backup_rel(rel)) != pristine[rel]
+            ):
                 tx.write(backup_rel(rel), pristine[rel])
         for rel in previously:
             if rel not in applied:
                 tx.remove(backup_rel(rel))
-        tx.write(f"{STATE_DIR}/{STATE_FILE}", json.dumps(new_state, indent=2).encode() + b"\n")
+        tx.write(
+            f"{STATE_DIR}/{STATE_FILE}",
+            json.dumps(new_state, indent=2).encode() + b"\n",
+        )
         for rel in all_paths:
             set_content(tx, rel, applied.get(rel, pristine[rel]))
 
@@ -363,12 +391,16 @@ def apply(target: Target, overlay: Overlay) -> str:
     return f"{verb} to {root}: {names}; {len(overlay.modules)} overlay module(s)"
 
 
-def dirs_to_create(root: Path, modules: dict[str, bytes], state: dict | None) -> list[str]:
+def dirs_to_create(
+    root: Path, modules: dict[str, bytes], state: dict | None
+) -> list[str]:
     """Dirs the overlay modules need that upstream lacks, so revert can remove them."""
     created = set(state.get("created_dirs", [])) if state else set()
     for rel in modules:
         parent = Path(rel).parent
-        while parent != Path(".") and (parent.as_posix() in created or not (root / parent).exists()):
+        while parent != Path(".") and (
+            parent.as_posix() in created or not (root / parent).exists()
+        ):
             created.add(parent.as_posix())
             parent = parent.parent
     return sorted(created)
@@ -395,7 +427,9 @@ def make_state(target: Target, overlay: Overlay, pristine: dict, applied: dict) 
         "fingerprint": overlay.fingerprint,
         "torch_version": target.version,
         "target_kind": target.kind,
-        "patches": [{"name": p.name, "sha256": p.sha256} for p in overlay.series.patches],
+        "patches": [
+            {"name": p.name, "sha256": p.sha256} for p in overlay.series.patches
+        ],
         "files": files,
     }
 
@@ -433,12 +467,16 @@ def verify(target: Target, overlay: Overlay, require_pristine: bool = False) -> 
     root = target.root
     state = read_state(root)
     if require_pristine and state is not None:
-        raise OverlayError(f"the overlay is applied to {root}, which should be pristine")
+        raise OverlayError(
+            f"the overlay is applied to {root}, which should be pristine"
+        )
     leftover = state is not None and is_leftover_state(root, state)
     if state is not None and not leftover:
         check_not_dirty(root, state)
     tracked = list(state["files"]) if state else []
-    paths = list(dict.fromkeys([*overlay.series.touched_paths(), *overlay.modules, *tracked]))
+    paths = list(
+        dict.fromkeys([*overlay.series.touched_paths(), *overlay.modules, *tracked])
+    )
     pristine = {rel: pristine_bytes(root, state, rel) for rel in paths}
     check_pristine_against_manifest(overlay.series, pristine)
     check_overlay_paths_free(overlay.series, overlay.modules, pristine)
@@ -447,7 +485,9 @@ def verify(target: Target, overlay: Overlay, require_pristine: bool = False) -> 
         return f"ok: not applied; {count} upstream file(s) of {root} match the pinned torch 2.13.0 hashes"
     if leftover:
         return f"ok: {root} is pristine again but keeps a stale overlay state; run apply or revert"
-    freshness = "current" if state["fingerprint"] == overlay.fingerprint else "stale: run apply"
+    freshness = (
+        "current" if state["fingerprint"] == overlay.fingerprint else "stale: run apply"
+    )
     return (
         f"ok: overlay applied to {root} ({freshness}); installed files are as applied and "
         f"the backups of {count} upstream file(s) match the pinned torch 2.13.0 hashes"
@@ -457,21 +497,36 @@ def verify(target: Target, overlay: Overlay, require_pristine: bool = False) -> 
 def status(target: Target, overlay: Overlay) -> str:
     root = target.root
     state = read_state(root)
-    lines = [f"target: {root} ({target.kind})", f"torch:  {target.version or 'unknown'}"]
+    lines = [
+        f"target: {root} ({target.kind})",
+        f"torch:  {target.version or 'unknown'}",
+    ]
     if state is None:
         lines.append("overlay: not applied")
         return "\n".join(lines)
     kinds = classify_tracked_files(root, state)
     if is_leftover_state(root, state):
-        health = "files are pristine again (torch reinstalled?); apply or revert to tidy up"
+        health = (
+            "files are pristine again (torch reinstalled?); apply or revert to tidy up"
+        )
     elif all(kind == "applied" for kind in kinds.values()):
         health = "clean"
     else:
-        health = "DIRTY: " + ", ".join(rel for rel, kind in kinds.items() if kind != "applied")
-    current = "current" if state["fingerprint"] == overlay.fingerprint else "stale (series or overlay changed)"
+        health = "DIRTY: " + ", ".join(
+            rel for rel, kind in kinds.items() if kind != "applied"
+        )
+    current = (
+        "current"
+        if state["fingerprint"] == overlay.fingerprint
+        else "stale (series or overlay changed)"
+    )
     lines.append(f"overlay: applied, {current}, {health}")
     lines += [f"  patch  {p['name']}" for p in state["patches"]]
-    lines += [f"  module {rel}" for rel, h in state["files"].items() if h["source"] == "overlay"]
+    lines += [
+        f"  module {rel}"
+        for rel, h in state["files"].items()
+        if h["source"] == "overlay"
+    ]
     return "\n".join(lines)
 
 
@@ -498,17 +553,27 @@ def remove_if_only_bytecode(directory: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tools.overlay", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.overlay", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("command", choices=["apply", "revert", "status", "verify"])
     parser.add_argument(
         "--target",
         help="site-packages dir or PyTorch checkout (the dir holding torch/), or torch/ "
         "itself; default: this interpreter's torch",
     )
-    parser.add_argument("--patches", type=Path, default=DEFAULT_PATCHES_DIR, help="dir with series")
-    parser.add_argument("--overlay", type=Path, default=DEFAULT_OVERLAY_DIR, help="dir mirroring torch/")
-    parser.add_argument("--force", action="store_true", help="revert: discard hand edits too")
-    parser.add_argument("--pristine", action="store_true", help="verify: fail if the overlay is applied")
+    parser.add_argument(
+        "--patches", type=Path, default=DEFAULT_PATCHES_DIR, help="dir with series"
+    )
+    parser.add_argument(
+        "--overlay", type=Path, default=DEFAULT_OVERLAY_DIR, help="dir mirroring torch/"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="revert: discard hand edits too"
+    )
+    parser.add_argument(
+        "--pristine", action="store_true", help="verify: fail if the overlay is applied"
+    )
     return parser
 
 
@@ -523,7 +588,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.command == "verify":
                 message = verify(target, overlay, require_pristine=args.pristine)
             else:
-                message = {"apply": apply, "status": status}[args.command](target, overlay)
+                message = {"apply": apply, "status": status}[args.command](
+                    target, overlay
+                )
     except (OverlayError, TargetError, SeriesError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

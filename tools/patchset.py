@@ -126,7 +126,11 @@ def parse_file_changes(text: str, patch_name: str) -> tuple[FileChange, ...]:
     i = 0
     while i < len(lines):
         line = lines[i]
-        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+        if (
+            line.startswith("--- ")
+            and i + 1 < len(lines)
+            and lines[i + 1].startswith("+++ ")
+        ):
             changes.append(_file_change(line[4:], lines[i + 1][4:], patch_name))
             i += 2
         elif header := _HUNK_HEADER.match(line):
@@ -159,9 +163,13 @@ def _file_change(old_field: str, new_field: str, patch_name: str) -> FileChange:
     old = _strip_prefix(old_field, patch_name)
     new = _strip_prefix(new_field, patch_name)
     if old is None and new is None:
-        raise SeriesError(f"patch {patch_name}: a file section goes /dev/null -> /dev/null")
+        raise SeriesError(
+            f"patch {patch_name}: a file section goes /dev/null -> /dev/null"
+        )
     if old is not None and new is not None and old != new:
-        raise SeriesError(f"patch {patch_name}: renames are not supported ({old} -> {new})")
+        raise SeriesError(
+            f"patch {patch_name}: renames are not supported ({old} -> {new})"
+        )
     return FileChange(path=new or old, creates=old is None, deletes=new is None)
 
 

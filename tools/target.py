@@ -43,7 +43,9 @@ def default_target_root() -> Path:
     """The dir holding the running interpreter's torch, found without importing it."""
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.origin:
-        raise TargetError("no torch importable from this interpreter; pass --target DIR")
+        raise TargetError(
+            "no torch importable from this interpreter; pass --target DIR"
+        )
     return Path(spec.origin).resolve().parent.parent
 
 
@@ -69,7 +71,9 @@ def read_torch_version(root: Path) -> tuple[str | None, str | None]:
     """torch/version.py (wheels, built trees) first, else version.txt (checkouts)."""
     version_py = root / "torch" / "version.py"
     if version_py.is_file():
-        match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", version_py.read_text(), re.M)
+        match = re.search(
+            r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", version_py.read_text(), re.M
+        )
         if match:
             return match.group(1), str(version_py)
     version_txt = root / "version.txt"

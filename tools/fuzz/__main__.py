@@ -19,25 +19,58 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.fuzz", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="fuzz with N worker processes, then print a summary")
+    run = sub.add_parser(
+        "run", help="fuzz with N worker processes, then print a summary"
+    )
     run.add_argument("--profile", default="dev", choices=["ci", "dev", "nightly"])
-    run.add_argument("--seconds", type=_float_or_none, default=None,
-                     help="stop starting new programs after this long (default: the profile's)")
-    run.add_argument("--examples", type=_int_or_none, default=None,
-                     help="programs to try, all workers together (default: the profile's)")
-    run.add_argument("--seed", type=_int_or_none, default=None,
-                     help="worker i uses seed+i (default: 0 for ci, random otherwise)")
-    run.add_argument("--workers", type=_int_or_none, default=None,
-                     help="worker processes (default: the number of cores, at most 8)")
-    run.add_argument("--coverage", action="store_true",
-                     help="line coverage of the overlay modules and patched hunks")
-    run.add_argument("--repro-dir", type=Path, default=None,
-                     help="where failure repros go (default: test/regressions)")
-    run.add_argument("--out", type=Path, default=None, help="run directory (default: build/fuzz/...)")
-    run.add_argument("--focus", default="all", choices=["all", "norms", "layouts"],
-                     help="weight the op mix towards norms or layout changes")
+    run.add_argument(
+        "--seconds",
+        type=_float_or_none,
+        default=None,
+        help="stop starting new programs after this long (default: the profile's)",
+    )
+    run.add_argument(
+        "--examples",
+        type=_int_or_none,
+        default=None,
+        help="programs to try, all workers together (default: the profile's)",
+    )
+    run.add_argument(
+        "--seed",
+        type=_int_or_none,
+        default=None,
+        help="worker i uses seed+i (default: 0 for ci, random otherwise)",
+    )
+    run.add_argument(
+        "--workers",
+        type=_int_or_none,
+        default=None,
+        help="worker processes (default: the number of cores, at most 8)",
+    )
+    run.add_argument(
+        "--coverage",
+        action="store_true",
+        help="line coverage of the overlay modules and patched hunks",
+    )
+    run.add_argument(
+        "--repro-dir",
+        type=Path,
+        default=None,
+        help="where failure repros go (default: test/regressions)",
+    )
+    run.add_argument(
+        "--out", type=Path, default=None, help="run directory (default: build/fuzz/...)"
+    )
+    run.add_argument(
+        "--focus",
+        default="all",
+        choices=["all", "norms", "layouts"],
+        help="weight the op mix towards norms or layout changes",
+    )
     run.add_argument("--max-ops", type=_int_or_none, default=None)
-    run.add_argument("--no-shrink", action="store_true", help="report failures unshrunk (faster)")
+    run.add_argument(
+        "--no-shrink", action="store_true", help="report failures unshrunk (faster)"
+    )
 
     sample = sub.add_parser("sample", help="print random programs from the strategy")
     sample.add_argument("-n", type=int, default=3)

@@ -59,13 +59,13 @@ class Comparison:
 def compare(got: tuple, want: tuple, tol: float) -> Comparison:
     """Every output within ``tol`` of the reference, relative to its magnitude."""
     if len(got) != len(want):
-        return Comparison(False, float("inf"), f"{len(got)} outputs, expected {len(want)}")
+        return Comparison(
+            False, float("inf"), f"{len(got)} outputs, expected {len(want)}"
+        )
     worst = 0.0
     for i, (g, w) in enumerate(zip(got, want)):
         if g.shape != w.shape or g.dtype != w.dtype:
-            detail = (
-                f"output {i}: {_dtype(g)}{list(g.shape)}, expected {_dtype(w)}{list(w.shape)}"
-            )
+            detail = f"output {i}: {_dtype(g)}{list(g.shape)}, expected {_dtype(w)}{list(w.shape)}"
             return Comparison(False, float("inf"), detail)
         g64, w64 = g.double(), w.double()
         nan_mismatch = bool((g64.isnan() != w64.isnan()).any())
@@ -73,14 +73,20 @@ def compare(got: tuple, want: tuple, tol: float) -> Comparison:
         allowed = tol * scale + tol * w64.abs()
         excess = ((g64 - w64).abs() / allowed).nan_to_num(0.0, posinf=float("inf"))
         both_inf = (g64 == w64) & g64.isinf()
-        ratio = float(excess.masked_fill(both_inf, 0.0).max()) if excess.numel() else 0.0
+        ratio = (
+            float(excess.masked_fill(both_inf, 0.0).max()) if excess.numel() else 0.0
+        )
         if nan_mismatch:
             ratio = float("inf")
         worst = max(worst, ratio)
         if ratio > 1.0:
             diff = (g64 - w64).abs().nan_to_num(float("inf"))
             flat = int(diff.argmax())
-            index = list(torch.unravel_index(torch.tensor(flat), w.shape)) if w.dim() else []
+            index = (
+                list(torch.unravel_index(torch.tensor(flat), w.shape))
+                if w.dim()
+                else []
+            )
             at = tuple(int(i) for i in index)
             detail = (
                 f"output {i} {_dtype(w)}{list(w.shape)}: max |diff| {float(diff.max()):.3g} at "
@@ -149,7 +155,11 @@ def _compile(case: FuzzCase, fn, args, overlay: bool):
     start = time.perf_counter()
     try:
         outputs, compiled = compile_utils.compile_and_run(
-            fn, args, overlay=overlay, dynamic=case.dynamic, extra_config=CONFIGS[case.config]
+            fn,
+            args,
+            overlay=overlay,
+            dynamic=case.dynamic,
+            extra_config=CONFIGS[case.config],
         )
     except Exception as exc:  # noqa: BLE001 - any crash is a finding
         return exc
@@ -182,16 +192,24 @@ def check_case(case: FuzzCase) -> CheckResult:
         if isinstance(on, Exception) and not isinstance(off, Exception):
             return CheckResult("ours", "crash with flags on", _describe(on), stats)
         if isinstance(off, Exception) and isinstance(on, Exception):
-            return CheckResult("stock", "crash with flags on and off", _describe(off), stats)
+            return CheckResult(
+                "stock", "crash with flags on and off", _describe(off), stats
+            )
         return CheckResult("stock", "crash with flags off only", _describe(off), stats)
 
     eager_tol, tight_tol = tolerances(case)
     off_vs_eager = compare(off[0], expected, eager_tol)
     on_vs_eager = compare(on[0], expected, eager_tol)
     on_vs_off = compare(on[0], off[0], tight_tol)
-    stats.update(err_off=off_vs_eager.worst, err_on=on_vs_eager.worst, err_on_off=on_vs_off.worst)
+    stats.update(
+        err_off=off_vs_eager.worst, err_on=on_vs_eager.worst, err_on_off=on_vs_off.worst
+    )
     if not off_vs_eager.ok:
-        note = "" if on_vs_off.ok else f"; flags on also differs from flags off: {on_vs_off.detail}"
+        note = (
+            ""
+            if on_vs_off.ok
+            else f"; flags on also differs from flags off: {on_vs_off.detail}"
+        )
         return CheckResult(
             "stock", "flags off disagrees with eager", off_vs_eager.detail + note, stats
         )
@@ -208,7 +226,12 @@ def check_case(case: FuzzCase) -> CheckResult:
             stats,
         )
     if not on_vs_eager.ok:
-        return CheckResult("borderline", "flags on misses the eager tolerance", on_vs_eager.detail, stats)
+        return CheckResult(
+            "borderline",
+            "flags on misses the eager tolerance",
+            on_vs_eager.detail,
+            stats,
+        )
     return CheckResult("ok", stats=stats)
 
 

@@ -84,7 +84,11 @@ def report(data_dir: Path) -> dict:
             stmts = {line for line in statements if start <= line <= end}
             if stmts:
                 file_hunks.append(
-                    {"lines": [start, end], "statements": len(stmts), "run": len(stmts - missing)}
+                    {
+                        "lines": [start, end],
+                        "statements": len(stmts),
+                        "run": len(stmts - missing),
+                    }
                 )
         hunks[rel] = file_hunks
     return {"modules": modules, "hunks": hunks}
@@ -95,14 +99,22 @@ def _pct(run: int, total: int) -> str:
 
 
 def format_report(data: dict) -> str:
-    lines = ["  coverage of the installed overlay code             statements      run       %"]
+    lines = [
+        "  coverage of the installed overlay code             statements      run       %"
+    ]
     m_total = m_run = 0
     for rel, m in data["modules"].items():
         m_total += m["statements"]
         m_run += m["run"]
-        lines.append(f"    {rel:<48s} {m['statements']:6d}   {m['run']:6d}  {_pct(m['run'], m['statements'])}")
-    lines.append(f"    {'overlay modules, all':<48s} {m_total:6d}   {m_run:6d}  {_pct(m_run, m_total)}")
-    lines.append("  patched hunks (lines the patches add)        hunks reached  stmts      run       %")
+        lines.append(
+            f"    {rel:<48s} {m['statements']:6d}   {m['run']:6d}  {_pct(m['run'], m['statements'])}"
+        )
+    lines.append(
+        f"    {'overlay modules, all':<48s} {m_total:6d}   {m_run:6d}  {_pct(m_run, m_total)}"
+    )
+    lines.append(
+        "  patched hunks (lines the patches add)        hunks reached  stmts      run       %"
+    )
     h_total = h_run = h_n = h_reached = 0
     for rel, file_hunks in data["hunks"].items():
         stmts = sum(h["statements"] for h in file_hunks)

@@ -47,7 +47,9 @@ class InputSpec:
     layout: str = "contiguous"
     role: str = "data"  # "data" (x*) or "weight" (w*: norm weights, broadcast operands)
 
-    def make(self, generator: torch.Generator | None, device: str = "cpu") -> torch.Tensor:
+    def make(
+        self, generator: torch.Generator | None, device: str = "cpu"
+    ) -> torch.Tensor:
         """The tensor, filled from ``generator`` (ignored on the meta device)."""
         shape, layout = tuple(self.shape), self.layout
         if layout == "transposed" and len(shape) >= 2:
@@ -124,7 +126,10 @@ class Program:
 
 
 def input_names(inputs) -> list[str]:
-    return [("w" if spec.role == "weight" else "x") + str(i) for i, spec in enumerate(inputs)]
+    return [
+        ("w" if spec.role == "weight" else "x") + str(i)
+        for i, spec in enumerate(inputs)
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +169,9 @@ class FuzzCase:
         )
 
     def digest(self) -> str:
-        key = repr((self.source, self.inputs, self.input_seed, self.dynamic, self.config))
+        key = repr(
+            (self.source, self.inputs, self.input_seed, self.dynamic, self.config)
+        )
         return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
@@ -234,7 +241,9 @@ def _render_reduce(args, p) -> str:
     (a,) = args
     op, dims, keep = p["op"], _dims(p["dims"]), p["keepdim"]
     if op in ("var_mean", "var", "std"):
-        return f"torch.{op}({a}, dim={dims}, keepdim={keep}, correction={p['correction']})"
+        return (
+            f"torch.{op}({a}, dim={dims}, keepdim={keep}, correction={p['correction']})"
+        )
     return f"torch.{op}({a}, dim={dims}, keepdim={keep})"
 
 

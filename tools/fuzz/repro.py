@@ -23,11 +23,19 @@ def repro_path(case: FuzzCase, directory: Path = DEFAULT_REPRO_DIR) -> Path:
 
 
 def render_repro(
-    case: FuzzCase, kind: str, message: str, path: Path, *, found_by: str = "", xfail: str = ""
+    case: FuzzCase,
+    kind: str,
+    message: str,
+    path: Path,
+    *,
+    found_by: str = "",
+    xfail: str = "",
 ) -> str:
     digest = case.digest()
     details = "\n".join(
-        textwrap.fill(part, 76, subsequent_indent="  ") for part in message.split("; ") if part
+        textwrap.fill(part, 76, subsequent_indent="  ")
+        for part in message.split("; ")
+        if part
     )
     inputs = "".join(f"        {spec!r},\n" for spec in case.inputs)
     marker = f"@pytest.mark.xfail(strict=True, reason={xfail!r})\n" if xfail else ""
@@ -61,7 +69,11 @@ def _display(path: Path) -> str:
 
 
 def write_repro(
-    case: FuzzCase, kind: str, message: str, directory: Path = DEFAULT_REPRO_DIR, **kwargs
+    case: FuzzCase,
+    kind: str,
+    message: str,
+    directory: Path = DEFAULT_REPRO_DIR,
+    **kwargs,
 ) -> Path:
     path = repro_path(case, directory)
     path.parent.mkdir(parents=True, exist_ok=True)

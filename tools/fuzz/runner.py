@@ -87,7 +87,9 @@ class _Recorder:
         self.file = path.open("a", buffering=1)
 
     def write(self, record_type: str, **fields) -> None:
-        self.file.write(json.dumps({"type": record_type, "t": time.time(), **fields}) + "\n")
+        self.file.write(
+            json.dumps({"type": record_type, "t": time.time(), **fields}) + "\n"
+        )
 
 
 def case_to_json(case) -> dict:
@@ -141,12 +143,16 @@ def run_worker(opts: WorkerOptions) -> None:
     params = StrategyParams(max_ops=opts.max_ops or profile.max_ops, focus=opts.focus)
     rec = _Recorder(opts.out_dir / f"worker{opts.index}.jsonl")
     rec.write("begin", seed=opts.seed, examples=opts.examples, pid=os.getpid())
-    failures: dict[str, tuple] = {}  # kind -> (case, result), the latest is the smallest
+    failures: dict[
+        str, tuple
+    ] = {}  # kind -> (case, result), the latest is the smallest
     stock_seen: set[str] = set()
     grew_seen: set[str] = set()
     stock_dir = opts.out_dir / "stock_wrong"
 
-    checked: dict[str, object] = {}  # digest -> CheckResult: hypothesis repeats programs
+    checked: dict[
+        str, object
+    ] = {}  # digest -> CheckResult: hypothesis repeats programs
 
     def fuzz_one(case):
         if time.time() > opts.deadline + (profile.shrink_grace if failures else 0):
@@ -190,11 +196,17 @@ def run_worker(opts: WorkerOptions) -> None:
             )  # fmt: skip
         if result.status == "stock" and result.kind not in stock_seen:
             stock_seen.add(result.kind)
-            path = write_repro(case, f"stock also wrong: {result.kind}", result.message, stock_dir)
-            rec.write("stock", kind=result.kind, message=result.message[:2000], path=str(path))
+            path = write_repro(
+                case, f"stock also wrong: {result.kind}", result.message, stock_dir
+            )
+            rec.write(
+                "stock", kind=result.kind, message=result.message[:2000], path=str(path)
+            )
 
     test = seed(opts.seed)(
-        hypothesis_settings(profile, opts.examples, opts.shrink)(given(fuzz_cases(params))(fuzz_one))
+        hypothesis_settings(profile, opts.examples, opts.shrink)(
+            given(fuzz_cases(params))(fuzz_one)
+        )
     )
     reason = "examples"
     try:
@@ -261,7 +273,9 @@ def aggregate(examples: list[dict]) -> dict:
             if st.get(key):
                 programs_with[key] += 1
         programs_with["code_differs"] += bool(st.get("code_differs"))
-        programs_with["more_nests"] += st.get("nests_on", 0) > st.get("nests_off", 1 << 30)
+        programs_with["more_nests"] += st.get("nests_on", 0) > st.get(
+            "nests_off", 1 << 30
+        )
     kinds = collections.Counter(k for r in checked for k in r.get("kinds", ()))
     return {
         "tried": len(examples),
@@ -309,7 +323,9 @@ def _progress_line(elapsed: float, records: list[dict]) -> str:
     )
 
 
-def _worker_command(opts: WorkerOptions, coverage_include: list[str] | None) -> list[str]:
+def _worker_command(
+    opts: WorkerOptions, coverage_include: list[str] | None
+) -> list[str]:
     cmd = [sys.executable]
     if coverage_include is not None:
         cmd += [
@@ -419,7 +435,9 @@ def run_fuzz(
                 log(_progress_line(elapsed, records))
                 last_print, printed_failures = elapsed, n_fail
             if elapsed > hard_limit:
-                log(f"fuzz: workers still running after {hard_limit:.0f} s, stopping them")
+                log(
+                    f"fuzz: workers still running after {hard_limit:.0f} s, stopping them"
+                )
                 for p in procs:
                     if p.poll() is None:
                         p.send_signal(signal.SIGTERM)
@@ -478,7 +496,8 @@ def _crashed_workers(procs, records, out_dir: Path, repro_dir: Path) -> list[str
         if any(r["type"] == "done" for r in mine) and proc.returncode == 0:
             continue
         how = (
-            f"signal {-proc.returncode}" if proc.returncode and proc.returncode < 0
+            f"signal {-proc.returncode}"
+            if proc.returncode and proc.returncode < 0
             else f"exit code {proc.returncode}"
         )
         line = f"worker {i} ({how}), log {out_dir / f'worker{i}.log'}"
@@ -521,10 +540,14 @@ def format_summary(summary: Summary) -> str:
     for f in summary.failures:
         lines.append(f"    [{f['kind']}] {_rel(f['path'])}")
         lines.append(f"      {f['message'][:300]}")
-    lines.append(f"  stock also wrong        {st.get('stock', 0):6d}   (upstream; not counted as failures)")
+    lines.append(
+        f"  stock also wrong        {st.get('stock', 0):6d}   (upstream; not counted as failures)"
+    )
     for s in summary.stock:
         lines.append(f"    [{s['kind']}] {_rel(s['path'])}")
-    lines.append(f"  borderline (noise)      {st.get('borderline', 0):6d}   (flags on == flags off, both near the eager tolerance)")
+    lines.append(
+        f"  borderline (noise)      {st.get('borderline', 0):6d}   (flags on == flags off, both near the eager tolerance)"
+    )
     if summary.crashed_workers:
         lines.append(f"  crashed workers         {len(summary.crashed_workers):6d}")
         lines += [f"    {c}" for c in summary.crashed_workers]

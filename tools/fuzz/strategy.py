@@ -136,7 +136,12 @@ class _Builder:
 
     def try_op(self, kind: str, args, params: dict, n_outs: int = 1) -> OpSpec | None:
         """Run the op on meta tensors; keep it when it is valid and small enough."""
-        op = OpSpec(kind, tuple(args), tuple(params.items()), tuple(self.fresh() for _ in range(n_outs)))
+        op = OpSpec(
+            kind,
+            tuple(args),
+            tuple(params.items()),
+            tuple(self.fresh() for _ in range(n_outs)),
+        )
         namespace = {"torch": torch, "F": F, **{v.name: v.meta for v in self.values}}
         try:
             exec(op.render(), namespace)  # noqa: S102 - our own rendered op
@@ -157,7 +162,9 @@ class _Builder:
 
     def unary(self) -> OpSpec | None:
         a = self.pick()
-        return self.try_op("unary", [a.name], {"op": self.draw(st.sampled_from(list(UNARY)))})
+        return self.try_op(
+            "unary", [a.name], {"op": self.draw(st.sampled_from(list(UNARY)))}
+        )
 
     def binary(self) -> OpSpec | None:
         draw = self.draw
@@ -166,7 +173,9 @@ class _Builder:
         if draw(st.booleans()):
             b_name = self._broadcast_input(a)
         else:
-            b = self.pick(lambda v: v.dtype == a.dtype and _broadcastable(a.shape, v.shape))
+            b = self.pick(
+                lambda v: v.dtype == a.dtype and _broadcastable(a.shape, v.shape)
+            )
             b_name = b.name if b is not None else self._broadcast_input(a)
         args = [b_name, a.name] if draw(st.booleans()) else [a.name, b_name]
         return self.try_op("binary", args, {"op": op})
@@ -184,7 +193,9 @@ class _Builder:
         a = self.pick(lambda v: v.rank >= 1)
         if a is None:
             return None
-        op = draw(st.sampled_from(["sum", "mean", "amax", "var_mean", "amin", "var", "std"]))
+        op = draw(
+            st.sampled_from(["sum", "mean", "amax", "var_mean", "amin", "var", "std"])
+        )
         dims = self._dims(a.rank)
         reduced = math.prod(a.shape[d] for d in dims)
         params = {"op": op, "dims": dims, "keepdim": draw(st.booleans())}
@@ -210,7 +221,13 @@ class _Builder:
             return None
         kind = draw(
             st.sampled_from(
-                ["group_norm", "layer_norm", "rms_norm", "group_norm", "manual_layer_norm"]
+                [
+                    "group_norm",
+                    "layer_norm",
+                    "rms_norm",
+                    "group_norm",
+                    "manual_layer_norm",
+                ]
             )
         )
         args, params = [a.name], {"norm": kind}
@@ -228,7 +245,11 @@ class _Builder:
         elif kind == "rms_norm":
             params["dim"] = -1
             if draw(st.booleans()):
-                args.append(self.add_input(InputSpec(a.shape[-1:], a.dtype, "contiguous", "weight")))
+                args.append(
+                    self.add_input(
+                        InputSpec(a.shape[-1:], a.dtype, "contiguous", "weight")
+                    )
+                )
         else:
             params["dim"] = draw(st.sampled_from([-1, *range(a.rank)]))
         return self.try_op("norm", args, params)
@@ -278,10 +299,14 @@ class _Builder:
         if shape == list(a.shape):
             return None
         if not draw(st.booleans()):
-            op = self.try_op("reshape", [a.name], {"method": "view", "shape": tuple(shape)})
+            op = self.try_op(
+                "reshape", [a.name], {"method": "view", "shape": tuple(shape)}
+            )
             if op is not None:
                 return op
-        return self.try_op("reshape", [a.name], {"method": "reshape", "shape": tuple(shape)})
+        return self.try_op(
+            "reshape", [a.name], {"method": "reshape", "shape": tuple(shape)}
+        )
 
     def permute(self) -> OpSpec | None:
         a = self.pick(lambda v: v.rank >= 2)
@@ -291,7 +316,9 @@ class _Builder:
         if perm == sorted(perm):
             perm[-2], perm[-1] = perm[-1], perm[-2]
         contiguous = self.draw(st.booleans())
-        return self.try_op("permute", [a.name], {"perm": tuple(perm), "contiguous": contiguous})
+        return self.try_op(
+            "permute", [a.name], {"perm": tuple(perm), "contiguous": contiguous}
+        )
 
     def to_channels_last(self) -> OpSpec | None:
         a = self.pick(lambda v: v.rank == 4)
@@ -327,7 +354,9 @@ class _Builder:
             return (
                 v.rank == a.rank
                 and v.dtype == a.dtype
-                and all(x == y for d, (x, y) in enumerate(zip(v.shape, a.shape)) if d != dim)
+                and all(
+                    x == y for d, (x, y) in enumerate(zip(v.shape, a.shape)) if d != dim
+                )
             )
 
         b = self.pick(fits)
@@ -347,7 +376,11 @@ class _Builder:
 
     def cast(self) -> OpSpec | None:
         a = self.pick()
-        target = "float32" if a.dtype != "float32" else self.draw(st.sampled_from(["bfloat16", "float16"]))
+        target = (
+            "float32"
+            if a.dtype != "float32"
+            else self.draw(st.sampled_from(["bfloat16", "float16"]))
+        )
         return self.try_op("cast", [a.name], {"dtype": target})
 
 
@@ -384,7 +417,11 @@ def programs(draw, params: StrategyParams = StrategyParams()) -> Program:
     first = _input_shape(draw, params.max_numel)
     for i in range(n_data):
         # a second data input usually has the first one's shape, so they combine
-        shape = first if i == 0 or draw(st.booleans()) else _input_shape(draw, params.max_numel)
+        shape = (
+            first
+            if i == 0 or draw(st.booleans())
+            else _input_shape(draw, params.max_numel)
+        )
         builder.add_input(InputSpec(shape, dtype, _input_layout(draw, shape)))
 
     weights = params.weights()
