@@ -48,48 +48,6 @@ fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
 _UNKNOWN_SIZE_HINT = 8192
 
 
-# Rows up to this many elements (128 KiB of float32) stay in L2 between the
-# passes of an outer-loop fused normalization.
-ROW_FITS_IN_CACHE = 32768
-# Shorter rows cost little either way; they keep stock's Welford lowering
-# (and its exact results and kernel structure).
-ROW_WORTH_TWO_STEPS = 4096
-
-
-def two_step_variance_threshold(stock_threshold: int, reduction_numel) -> int:
-    """Largest reduction that lowers var/var_mean as sum + sum of squares.
-
-    Stock keeps Welford for reductions over 1024 elements because the two-step
-    form reads the data twice.  Once the passes share one outer loop (this
-    module), the second pass reads the row from cache, and Welford's per
-    element division costs more: var_mean over (256, 25088) took 2.22 ms with
-    Welford and 1.27 ms in two steps (1 thread).  Two-step (mean first, then
-    squared deviations) is as stable as Welford.  Rows between
-    ROW_WORTH_TWO_STEPS and ROW_FITS_IN_CACHE elements switch.
-    """
-    numel = int(reduction_numel) if isinstance(reduction_numel, (int, sympy.Integer)) else 0
-    if ROW_WORTH_TWO_STEPS <= numel <= ROW_FITS_IN_CACHE:
-        return max(stock_threshold, numel)
-    return stock_threshold
-
-
-# Ops that cost more to recompute per consumer than to store and reload
-# once, beyond the ones stock already lists (exp, log, sigmoid, tanh...).
-# Measured: bias+GELU+LayerNorm over (8192, 768), 1 thread, evaluated erf
-# three times per element in 8.2 ms; realized once, 4.0 ms.
-EXPENSIVE_TO_RECOMPUTE = frozenset({"erf", "erfc", "erfinv", "expm1"})
-
-
-def expensive_to_recompute(used_ops) -> bool:
-    """Whether a reused CPU pointwise result should be realized, not inlined.
-
-    Outer-loop fusion keeps the realized row in cache for its consumers, so
-    the store and reload cost little, while inlining repeats the op in every
-    consumer loop.
-    """
-    return not EXPENSIVE_TO_RECOMPUTE.isdisjoint(used_ops)
-
-
 class InnerLevelTilingSelect(TilingSelect):
     """Tiling selection that never vectorizes a loop level above ``min_level``.
 
