@@ -21,12 +21,13 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv test verify uninstall status demo bench fuzz build pr clean
+.PHONY: help install stock-venv test verify uninstall status demo bench fuzz build pr lint clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
 	@echo "make stock-venv  .venv-stock: pristine torch $(TORCH_VERSION) (reference)"
-	@echo "make test        install + stock-venv, then pytest $(TESTS)"
+	@echo "make test        install + stock-venv + lint, then pytest $(TESTS)"
+	@echo "make lint        ruff (tools/ test/ overlay/), mypy (tools/, overlay modules)"
 	@echo "make demo        outer loop nests and timings, overlay flags off vs on"
 	@echo "make bench       benchmarks: eager vs stock vs patched -> bench/results/"
 	@echo "make fuzz        random programs: eager vs overlay flags off vs on (FUZZ_SECONDS,"
@@ -60,7 +61,17 @@ install: $(VENV)/.deps-installed
 stock-venv: $(STOCK_VENV)/.deps-installed
 	$(STOCK_PY) -m tools.overlay verify --pristine
 
-test: install stock-venv
+# Lint tools, pinned: upstream-like ruff rules and mypy (pyproject.toml).
+LINT_DEPS := ruff==0.17.6 mypy==2.4.1
+$(VENV)/.lint-deps-installed: $(VENV)/.deps-installed
+	$(VENV_PY) -m pip install --quiet $(LINT_DEPS)
+	touch $@
+
+# mypy checks the overlay modules inside .venv's patched torch: needs install.
+lint: install $(VENV)/.lint-deps-installed
+	$(VENV_PY) -m tools.lint
+
+test: install stock-venv lint
 	$(VENV_PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) $(TESTS)
 
 verify: $(VENV)/.deps-installed

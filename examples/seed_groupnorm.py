@@ -1,4 +1,7 @@
-"""The forum report's GroupNorm: `python -m tools.fusion_report examples/seed_groupnorm.py --seed-config`."""
+"""The forum report's GroupNorm.
+
+python -m tools.fusion_report examples/seed_groupnorm.py --seed-config
+"""
 
 import torch
 

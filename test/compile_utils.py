@@ -41,7 +41,7 @@ class Compiled:
 
 
 def overlay_flags(on: bool) -> dict[str, bool]:
-    return {flag: on for flag in OVERLAY_FLAGS}
+    return dict.fromkeys(OVERLAY_FLAGS, on)
 
 
 def tolerance(dtype: torch.dtype) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""The fusion fuzzer (tools/fuzz): its parts, the `ci` profile, and a mutant it must catch.
+"""The fusion fuzzer (tools/fuzz): its parts, the `ci` profile, a mutant it must catch.
 
 The `ci` run compiles about 24 random programs twice each (overlay flags off
 and on) in two worker processes; the mutant test runs the fuzzer against a
@@ -124,7 +124,7 @@ def test_repro_file_rebuilds_the_case(tmp_path):
 
 
 def test_fuzz_ci_profile(tmp_path):
-    """`make test`'s share of fuzzing: no overlay failure, and the overlay was reached."""
+    """`make test`'s share of fuzzing: no overlay failure; the overlay was reached."""
     lines: list[str] = []
     summary = run_fuzz("ci", seed=0, workers=min(2, os.cpu_count() or 1),
                        out_dir=tmp_path / "run", log=lines.append)  # fmt: skip

@@ -109,7 +109,8 @@ def test_failing_patch_leaves_target_untouched(site_packages, tmp_path):
     (patches / "9999-broken.patch").write_text(
         "Description: a patch whose context is not in config.py\n---\n"
         f"--- a/{CONFIG}\n+++ b/{CONFIG}\n"
-        "@@ -1,2 +1,3 @@\n this line is not in config.py\n+added\n and neither is this one\n"
+        "@@ -1,2 +1,3 @@\n this line is not in config.py\n+added\n"
+        " and neither is this one\n"
     )
     before = snapshot(site_packages)
     with pytest.raises(
@@ -228,10 +229,13 @@ def test_every_patch_has_a_dep3_header():
 
 def make_build(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    make = ["make", "--no-print-directory", "-C", str(REPO_ROOT), "build"]
     return subprocess.run(
-        ["make", "--no-print-directory", "-C", str(REPO_ROOT), "build", f"PYTHON={sys.executable}", *args],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
+        [*make, f"PYTHON={sys.executable}", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
 
 
 @pytest.mark.parametrize(

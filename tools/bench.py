@@ -5,9 +5,10 @@
 All three variants of a workload run in one process, interleaved repetition
 by repetition, because this machine is shared and noisy.  Each row reports
 the best and the median time (ratios use the best, the steady-state kernel
-time; the median also carries the machine's noise), the loop nests of both compiled versions, the
-achieved bandwidth against the minimum bytes the workload must move, and the
-machine's copy bandwidth measured in the same run (roofline ratio).
+time; the median also carries the machine's noise), the loop nests of both
+compiled versions, the achieved bandwidth against the minimum bytes the
+workload must move, and the machine's copy bandwidth measured in the same run
+(roofline ratio).
 
 glibc's malloc returns every output of 32 MiB or more to the kernel, so each
 call page-faults on fresh memory and those faults can hide the kernels.  The
@@ -178,7 +179,7 @@ def _cpu_pressure() -> str:
 def _time_interleaved(variants: dict, args, reps: int) -> dict[str, list[float]]:
     import torch
 
-    times = {name: [] for name in variants}
+    times: dict[str, list[float]] = {name: [] for name in variants}
     with torch.no_grad():
         for _ in range(WARMUP_ROUNDS):
             for fn in variants.values():
@@ -236,16 +237,21 @@ def markdown_table(rows: list[dict], header: str) -> str:
     lines = [
         header,
         "",
-        "| workload | thr | eager ms (best / median) | stock ms | patched ms | stock/eager | patched/eager | patched/stock | nests stock→patched | GB/s | roofline | default malloc (best): eager / stock / patched ms | compile s stock / patched |",
+        "| workload | thr | eager ms (best / median) | stock ms | patched ms "
+        "| stock/eager | patched/eager | patched/stock | nests stock→patched "
+        "| GB/s | roofline | default malloc (best): eager / stock / patched ms "
+        "| compile s stock / patched |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['workload']} | {r['threads']} | {r['eager_min_ms']:.2f} / {r['eager_median_ms']:.2f} | "
+            f"| {r['workload']} | {r['threads']} | "
+            f"{r['eager_min_ms']:.2f} / {r['eager_median_ms']:.2f} | "
             f"{r['stock_min_ms']:.2f} / {r['stock_median_ms']:.2f} | "
             f"{r['patched_min_ms']:.2f} / {r['patched_median_ms']:.2f} | "
             f"{r['stock_over_eager']:.2f} | {r['patched_over_eager']:.2f} | "
-            f"{r['patched_over_stock']:.2f} | {r['stock_nests']}→{r['patched_nests']} | "
+            f"{r['patched_over_stock']:.2f} | "
+            f"{r['stock_nests']}→{r['patched_nests']} | "
             f"{r['patched_gbs']:.1f} | {r['roofline']:.2f} | "
             f"{r.get('eager_default_malloc_ms', float('nan')):.2f} / "
             f"{r.get('stock_default_malloc_ms', float('nan')):.2f} / "
@@ -305,8 +311,9 @@ def _run_suite(opts) -> dict:
             row = run_workload(workload, t, opts.reps, copy_gbs)
             rows.append(row)
             print(
-                f"  [{opts.malloc}] {row['workload']:24s} t={t} eager {row['eager_min_ms']:.2f} "
-                f"stock {row['stock_min_ms']:.2f} patched {row['patched_min_ms']:.2f} ms (best) "
+                f"  [{opts.malloc}] {row['workload']:24s} t={t} "
+                f"eager {row['eager_min_ms']:.2f} stock {row['stock_min_ms']:.2f} "
+                f"patched {row['patched_min_ms']:.2f} ms (best) "
                 f"nests {row['stock_nests']}->{row['patched_nests']}",
                 flush=True,
             )
@@ -373,21 +380,25 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         print(
-            f"allocator: GLIBC_TUNABLES={NO_PAGE_FAULT_TUNABLES} (no page faults on large outputs)"
+            f"allocator: GLIBC_TUNABLES={NO_PAGE_FAULT_TUNABLES} "
+            "(no page faults on large outputs)"
         )
         tuned = _run_child(opts, "tuned", Path(tmp) / "tuned.json")
         rows = tuned["rows"]
         if not opts.no_default_malloc:
             print(
-                "allocator: glibc default (outputs of 32 MiB or more page-fault on every call)"
+                "allocator: glibc default "
+                "(outputs of 32 MiB or more page-fault on every call)"
             )
             default = _run_child(opts, "default", Path(tmp) / "default.json")
             _merge_default_malloc(rows, default["rows"])
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     header = (
-        f"torch {tuned['torch']}, {platform.machine()}, {os.cpu_count()} cores, {stamp}; "
-        f"GLIBC_TUNABLES={NO_PAGE_FAULT_TUNABLES}; copy bandwidth {tuned['copy_gbs']:.1f} GB/s; "
-        f"best and median of {opts.reps} interleaved reps (ratios from the best); CPU pressure at the end: {_cpu_pressure()}"
+        f"torch {tuned['torch']}, {platform.machine()}, {os.cpu_count()} cores, "
+        f"{stamp}; GLIBC_TUNABLES={NO_PAGE_FAULT_TUNABLES}; "
+        f"copy bandwidth {tuned['copy_gbs']:.1f} GB/s; "
+        f"best and median of {opts.reps} interleaved reps (ratios from the best); "
+        f"CPU pressure at the end: {_cpu_pressure()}"
     )
     table = markdown_table(rows, header)
     print(table)

@@ -16,16 +16,16 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # 2 shared cores
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
 from tools.loopnest import analyze
 
 FLAGS = ("cpp.outer_loop_fusion_retile", "cpp.loop_ordering_after_fusion")
-FLAGS_OFF = {flag: False for flag in FLAGS}
-FLAGS_ON = {flag: True for flag in FLAGS}
+FLAGS_OFF = dict.fromkeys(FLAGS, False)
+FLAGS_ON = dict.fromkeys(FLAGS, True)
 SEED_CONFIG = {"realize_opcount_threshold": 1, "inplace_buffers": False}
 
 
@@ -63,7 +63,7 @@ def compile_with(workload: Workload, flags: dict) -> tuple[Callable, str]:
     graph = torch.fx.symbolic_trace(workload.module)
     options = {**workload.config, **flags}
     compiled, code = run_and_get_cpp_code(
-        torch._inductor.compile, graph, workload.inputs, options
+        torch._inductor.compile, graph, [*workload.inputs], options
     )
     return compiled, code
 
@@ -119,11 +119,13 @@ def show(workload: Workload) -> None:
 def main() -> None:
     load = os.getloadavg()[0]
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {load:.1f}"
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"load average {load:.1f}"
     )
     if load > 0.5 * (os.cpu_count() or 1):
         print(
-            "note: the machine is busy; OpenMP kernels time badly when their threads are preempted"
+            "note: the machine is busy; OpenMP kernels time badly when their "
+            "threads are preempted"
         )
     for workload in workloads():
         show(workload)

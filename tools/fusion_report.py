@@ -96,7 +96,8 @@ def render(title: str, code: str, decisions: list[str], counters: dict) -> str:
 
     kernels = analyze(code)
     lines = [
-        f"== {title}: {len(kernels)} kernel(s), {sum(k.nests for k in kernels)} loop nest(s)"
+        f"== {title}: {len(kernels)} kernel(s), "
+        f"{sum(k.nests for k in kernels)} loop nest(s)"
     ]
     lines += [f"   kernel {i}: {k.nests} nest(s)" for i, k in enumerate(kernels)]
     lines += [f"   {name}: {value}" for name, value in counters.items()]

@@ -129,8 +129,8 @@ def pristine_bytes(root: Path, state: dict | None, rel: str) -> bytes | None:
     data = read_file(root, backup_rel(rel))
     if sha256_bytes(data) != expected:
         raise OverlayError(
-            f"backup of {rel} is damaged: expected {expected}, found {sha256_bytes(data)} "
-            f"({root / backup_rel(rel)})"
+            f"backup of {rel} is damaged: expected {expected}, "
+            f"found {sha256_bytes(data)} ({root / backup_rel(rel)})"
         )
     return data
 
@@ -155,7 +155,8 @@ def check_pristine_against_manifest(
         if expected is None:
             raise OverlayError(
                 f"{rel} is touched by the series but has no pinned hash in "
-                f"patches/{MANIFEST_NAME}; add `sha256sum {rel}` of a pristine torch 2.13.0"
+                f"patches/{MANIFEST_NAME}; add `sha256sum {rel}` of a pristine "
+                "torch 2.13.0"
             )
         if data is None:
             raise OverlayError(
@@ -195,9 +196,10 @@ def stage_series(
     with tempfile.TemporaryDirectory(prefix="fusion-overlay-stage-") as tmp:
         stage = Path(tmp)
         for rel in series.touched_paths():
-            if pristine[rel] is not None:
+            data = pristine[rel]
+            if data is not None:
                 (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-                (stage / rel).write_bytes(pristine[rel])
+                (stage / rel).write_bytes(data)
         for patch in series.patches:
             run_patch(stage, patch)
         return {rel: read_file(stage, rel) for rel in series.touched_paths()}
@@ -352,7 +354,8 @@ def apply(target: Target, overlay: Overlay) -> str:
     if state is not None and not is_leftover_state(root, state):
         check_not_dirty(root, state)
         if state["fingerprint"] == overlay.fingerprint:
-            return f"already applied to {root} ({len(state['patches'])} patches); nothing to do"
+            count = len(state["patches"])
+            return f"already applied to {root} ({count} patches); nothing to do"
 
     previously = list(state["files"]) if state else []
     wanted_paths = [*overlay.series.touched_paths(), *overlay.modules]
@@ -369,11 +372,9 @@ def apply(target: Target, overlay: Overlay) -> str:
         # Backups and state go in before the files they describe: if the
         # process dies midway, the state still knows where the pristine copies are.
         for rel in wanted_paths:
-            if (
-                pristine[rel] is not None
-                and read_file(root, backup_rel(rel)) != pristine[rel]
-            ):
-                tx.write(backup_rel(rel), pristine[rel])
+            data = pristine[rel]
+            if data is not None and read_file(root, backup_rel(rel)) != data:
+                tx.write(backup_rel(rel), data)
         for rel in previously:
             if rel not in applied:
                 tx.remove(backup_rel(rel))
@@ -482,15 +483,22 @@ def verify(target: Target, overlay: Overlay, require_pristine: bool = False) -> 
     check_overlay_paths_free(overlay.series, overlay.modules, pristine)
     count = len(overlay.series.touched_paths())
     if state is None:
-        return f"ok: not applied; {count} upstream file(s) of {root} match the pinned torch 2.13.0 hashes"
+        return (
+            f"ok: not applied; {count} upstream file(s) of {root} match the pinned "
+            "torch 2.13.0 hashes"
+        )
     if leftover:
-        return f"ok: {root} is pristine again but keeps a stale overlay state; run apply or revert"
+        return (
+            f"ok: {root} is pristine again but keeps a stale overlay state; "
+            "run apply or revert"
+        )
     freshness = (
         "current" if state["fingerprint"] == overlay.fingerprint else "stale: run apply"
     )
     return (
-        f"ok: overlay applied to {root} ({freshness}); installed files are as applied and "
-        f"the backups of {count} upstream file(s) match the pinned torch 2.13.0 hashes"
+        f"ok: overlay applied to {root} ({freshness}); installed files are as "
+        f"applied and the backups of {count} upstream file(s) match the pinned "
+        "torch 2.13.0 hashes"
     )
 
 
@@ -559,8 +567,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("command", choices=["apply", "revert", "status", "verify"])
     parser.add_argument(
         "--target",
-        help="site-packages dir or PyTorch checkout (the dir holding torch/), or torch/ "
-        "itself; default: this interpreter's torch",
+        help="site-packages dir or PyTorch checkout (the dir holding torch/), "
+        "or torch/ itself; default: this interpreter's torch",
     )
     parser.add_argument(
         "--patches", type=Path, default=DEFAULT_PATCHES_DIR, help="dir with series"

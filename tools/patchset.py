@@ -49,7 +49,7 @@ class Patch:
 
     @property
     def sha256(self) -> str:
-        return sha256_bytes(self.data)
+        return hashlib.sha256(self.data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,8 @@ class Series:
 
     def created_paths(self) -> set[str]:
         """Paths the series creates, i.e. that do not exist upstream."""
-        created, existing = set(), set()
+        created: set[str] = set()
+        existing: set[str] = set()
         for patch in self.patches:
             for change in patch.changes:
                 if change.path in created or change.path in existing:
@@ -170,7 +171,9 @@ def _file_change(old_field: str, new_field: str, patch_name: str) -> FileChange:
         raise SeriesError(
             f"patch {patch_name}: renames are not supported ({old} -> {new})"
         )
-    return FileChange(path=new or old, creates=old is None, deletes=new is None)
+    path = new or old
+    assert path is not None  # /dev/null on both sides was refused above
+    return FileChange(path=path, creates=old is None, deletes=new is None)
 
 
 def _strip_prefix(field: str, patch_name: str) -> str | None:
@@ -181,8 +184,8 @@ def _strip_prefix(field: str, patch_name: str) -> str | None:
     parts = name.split("/")[1:]
     if not parts or parts[0] != "torch" or ".." in parts or "" in parts:
         raise SeriesError(
-            f"patch {patch_name}: path {name!r} is not a/torch/... (patches apply with -p1 "
-            "from the directory that contains torch/)"
+            f"patch {patch_name}: path {name!r} is not a/torch/... "
+            "(patches apply with -p1 from the directory that contains torch/)"
         )
     return "/".join(parts)
 
@@ -228,7 +231,7 @@ def _is_ignored_overlay_entry(rel: Path) -> bool:
 
 
 def fingerprint(series: Series, overlay_files: dict[str, bytes]) -> str:
-    """One hash of everything apply would install: patch order + contents and overlay."""
+    """One hash of all that apply installs: patch order + contents, and overlay."""
     digest = hashlib.sha256()
     for patch in series.patches:
         digest.update(f"patch {patch.name} {patch.sha256}\n".encode())

@@ -1,4 +1,7 @@
-"""python -m tools.fuzz run|sample|worker  (see tools/fuzz/runner.py, README "Fuzzing")."""
+"""python -m tools.fuzz run|sample|worker
+
+See tools/fuzz/runner.py and the README's "Fuzzing".
+"""
 
 from __future__ import annotations
 
@@ -112,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = run_fuzz(
         args.profile, seconds=args.seconds, examples=args.examples, seed=args.seed,
         workers=args.workers, coverage=args.coverage, repro_dir=args.repro_dir,
-        out_dir=args.out, focus=args.focus, shrink=not args.no_shrink, max_ops=args.max_ops,
+        out_dir=args.out, focus=args.focus, shrink=not args.no_shrink,
+        max_ops=args.max_ops,
     )  # fmt: skip
     return 0 if summary.ok else 1
 

@@ -65,7 +65,10 @@ def compare(got: tuple, want: tuple, tol: float) -> Comparison:
     worst = 0.0
     for i, (g, w) in enumerate(zip(got, want)):
         if g.shape != w.shape or g.dtype != w.dtype:
-            detail = f"output {i}: {_dtype(g)}{list(g.shape)}, expected {_dtype(w)}{list(w.shape)}"
+            detail = (
+                f"output {i}: {_dtype(g)}{list(g.shape)}, "
+                f"expected {_dtype(w)}{list(w.shape)}"
+            )
             return Comparison(False, float("inf"), detail)
         g64, w64 = g.double(), w.double()
         nan_mismatch = bool((g64.isnan() != w64.isnan()).any())
@@ -89,7 +92,8 @@ def compare(got: tuple, want: tuple, tol: float) -> Comparison:
             )
             at = tuple(int(i) for i in index)
             detail = (
-                f"output {i} {_dtype(w)}{list(w.shape)}: max |diff| {float(diff.max()):.3g} at "
+                f"output {i} {_dtype(w)}{list(w.shape)}: "
+                f"max |diff| {float(diff.max()):.3g} at "
                 f"{at} (got {float(g64.flatten()[flat]):.6g}, expected "
                 f"{float(w64.flatten()[flat]):.6g}), {ratio:.3g}x the tolerance "
                 f"(tol {tol:g}, magnitude {scale:.3g})"
@@ -149,7 +153,7 @@ class _SplitCounter:
 
 
 def _compile(case: FuzzCase, fn, args, overlay: bool):
-    """(outputs, Compiled, seconds, splits) or the exception compiling/running raised."""
+    """(outputs, Compiled, seconds, splits), or what compiling/running raised."""
     _SplitCounter.install()
     _SplitCounter.count = 0
     start = time.perf_counter()

@@ -70,8 +70,8 @@ def report(data_dir: Path) -> dict:
     modules, hunks = {}, {}
     for rel, info in state["files"].items():
         path = root / rel
-        _, statements, _, missing, _ = cov.analysis2(str(path))
-        statements, missing = set(statements), set(missing)
+        _, statement_lines, _, missing_lines, _ = cov.analysis2(str(path))
+        statements, missing = set(statement_lines), set(missing_lines)
         if info["source"] == "overlay":
             modules[rel] = {
                 "statements": len(statements),
@@ -100,20 +100,24 @@ def _pct(run: int, total: int) -> str:
 
 def format_report(data: dict) -> str:
     lines = [
-        "  coverage of the installed overlay code             statements      run       %"
+        "  coverage of the installed overlay code             "
+        "statements      run       %"
     ]
     m_total = m_run = 0
     for rel, m in data["modules"].items():
         m_total += m["statements"]
         m_run += m["run"]
         lines.append(
-            f"    {rel:<48s} {m['statements']:6d}   {m['run']:6d}  {_pct(m['run'], m['statements'])}"
+            f"    {rel:<48s} {m['statements']:6d}   {m['run']:6d}  "
+            f"{_pct(m['run'], m['statements'])}"
         )
     lines.append(
-        f"    {'overlay modules, all':<48s} {m_total:6d}   {m_run:6d}  {_pct(m_run, m_total)}"
+        f"    {'overlay modules, all':<48s} {m_total:6d}   {m_run:6d}  "
+        f"{_pct(m_run, m_total)}"
     )
     lines.append(
-        "  patched hunks (lines the patches add)        hunks reached  stmts      run       %"
+        "  patched hunks (lines the patches add)        "
+        "hunks reached  stmts      run       %"
     )
     h_total = h_run = h_n = h_reached = 0
     for rel, file_hunks in data["hunks"].items():
@@ -123,9 +127,11 @@ def format_report(data: dict) -> str:
         h_total, h_run = h_total + stmts, h_run + run
         h_n, h_reached = h_n + len(file_hunks), h_reached + reached
         lines.append(
-            f"    {rel:<40s} {len(file_hunks):5d} {reached:7d}  {stmts:5d}   {run:6d}  {_pct(run, stmts)}"
+            f"    {rel:<40s} {len(file_hunks):5d} {reached:7d}  {stmts:5d}   "
+            f"{run:6d}  {_pct(run, stmts)}"
         )
     lines.append(
-        f"    {'patched hunks, all':<40s} {h_n:5d} {h_reached:7d}  {h_total:5d}   {h_run:6d}  {_pct(h_run, h_total)}"
+        f"    {'patched hunks, all':<40s} {h_n:5d} {h_reached:7d}  {h_total:5d}   "
+        f"{h_run:6d}  {_pct(h_run, h_total)}"
     )
     return "\n".join(lines)

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO_ROOT / "build" / "fuzz"
@@ -150,9 +151,8 @@ def run_worker(opts: WorkerOptions) -> None:
     grew_seen: set[str] = set()
     stock_dir = opts.out_dir / "stock_wrong"
 
-    checked: dict[
-        str, object
-    ] = {}  # digest -> CheckResult: hypothesis repeats programs
+    # digest -> CheckResult: hypothesis repeats programs
+    checked: dict[str, Any] = {}
 
     def fuzz_one(case):
         if time.time() > opts.deadline + (profile.shrink_grace if failures else 0):
@@ -261,12 +261,13 @@ class Summary:
 def aggregate(examples: list[dict]) -> dict:
     checked = [r for r in examples if r["status"] != "invalid"]
     by_status = collections.Counter(r["status"] for r in examples)
-    s = collections.Counter()
-    programs_with = collections.Counter()
+    s: collections.Counter[str] = collections.Counter()
+    programs_with: collections.Counter[str] = collections.Counter()
     for r in checked:
         st = r["stats"]
         for key in ("nests_off", "nests_on", "outer_fused_off", "outer_fused_on",
-                    "retiled", "reordered", "splits", "compile_s_off", "compile_s_on"):  # fmt: skip
+                    "retiled", "reordered", "splits",
+                    "compile_s_off", "compile_s_on"):  # fmt: skip
             s[key] += st.get(key, 0) or 0
             if key in st:
                 s[f"n_{key}"] += 1
@@ -436,7 +437,8 @@ def run_fuzz(
                 last_print, printed_failures = elapsed, n_fail
             if elapsed > hard_limit:
                 log(
-                    f"fuzz: workers still running after {hard_limit:.0f} s, stopping them"
+                    f"fuzz: workers still running after {hard_limit:.0f} s, "
+                    "stopping them"
                 )
                 for p in procs:
                     if p.poll() is None:
@@ -487,7 +489,7 @@ def run_fuzz(
 
 
 def _crashed_workers(procs, records, out_dir: Path, repro_dir: Path) -> list[str]:
-    """Workers that died without finishing; the program they were checking is a repro."""
+    """Workers that died without finishing: the program they checked is a repro."""
     from .repro import write_repro
 
     crashed = []
@@ -541,12 +543,14 @@ def format_summary(summary: Summary) -> str:
         lines.append(f"    [{f['kind']}] {_rel(f['path'])}")
         lines.append(f"      {f['message'][:300]}")
     lines.append(
-        f"  stock also wrong        {st.get('stock', 0):6d}   (upstream; not counted as failures)"
+        f"  stock also wrong        {st.get('stock', 0):6d}   "
+        "(upstream; not counted as failures)"
     )
     for s in summary.stock:
         lines.append(f"    [{s['kind']}] {_rel(s['path'])}")
     lines.append(
-        f"  borderline (noise)      {st.get('borderline', 0):6d}   (flags on == flags off, both near the eager tolerance)"
+        f"  borderline (noise)      {st.get('borderline', 0):6d}   "
+        "(flags on == flags off, both near the eager tolerance)"
     )
     if summary.crashed_workers:
         lines.append(f"  crashed workers         {len(summary.crashed_workers):6d}")
@@ -556,22 +560,32 @@ def format_summary(summary: Summary) -> str:
         n = tot.get(f"n_{key}", 0)
         return tot.get(key, 0) / n if n else 0.0
 
+    def both(label: str, counts: dict, key: str) -> str:
+        off, on = counts.get(f"{key}_off", 0), counts.get(f"{key}_on", 0)
+        return f"    {label:<36s}{off:9d}   {on:9d}"
+
+    def on_only(label: str, key: str) -> str:
+        return f"    {label:<44s}-   {tot.get(key, 0):9d} ({pw.get(key, 0)})"
+
     lines += [
         "",
         "  fusion statistics (checked programs)   flags off    flags on",
-        f"    loop nests, total                   {tot.get('nests_off', 0):9d}   {tot.get('nests_on', 0):9d}",
-        f"    outer-loop fused groups             {tot.get('outer_fused_off', 0):9d}   {tot.get('outer_fused_on', 0):9d}",
-        f"    programs with outer-loop fusion     {pw.get('outer_fused_off', 0):9d}   {pw.get('outer_fused_on', 0):9d}",
-        f"    re-tiled merges (programs)                  -   {tot.get('retiled', 0):9d} ({pw.get('retiled', 0)})",
-        f"    outer-loop splits applied (programs)        -   {tot.get('splits', 0):9d} ({pw.get('splits', 0)})",
-        f"    loop reorders (programs)                    -   {tot.get('reordered', 0):9d} ({pw.get('reordered', 0)})",
-        f"    compile time, mean s                {mean('compile_s_off'):9.2f}   {mean('compile_s_on'):9.2f}",
+        both("loop nests, total", tot, "nests"),
+        both("outer-loop fused groups", tot, "outer_fused"),
+        both("programs with outer-loop fusion", pw, "outer_fused"),
+        on_only("re-tiled merges (programs)", "retiled"),
+        on_only("outer-loop splits applied (programs)", "splits"),
+        on_only("loop reorders (programs)", "reordered"),
+        f"    {'compile time, mean s':<36s}{mean('compile_s_off'):9.2f}   "
+        f"{mean('compile_s_on'):9.2f}",
         (
             f"    overlay changed the generated code in {pw.get('code_differs', 0)} of "
-            f"{agg['checked']} programs ({100.0 * pw.get('code_differs', 0) / checked:.0f}%)"
+            f"{agg['checked']} programs "
+            f"({100.0 * pw.get('code_differs', 0) / checked:.0f}%)"
         ),
         (
-            f"    flags on emitted more loop nests than flags off in {pw.get('more_nests', 0)} "
+            "    flags on emitted more loop nests than flags off in "
+            f"{pw.get('more_nests', 0)} "
             "programs (performance, not correctness)"
         ),
         (

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -134,6 +135,12 @@ class _Builder:
         index = self.draw(st.integers(0, len(candidates) - 1))
         return candidates[-1 - index]
 
+    def pick_any(self) -> _Value:
+        """An earlier value; there always is one (the inputs)."""
+        value = self.pick()
+        assert value is not None
+        return value
+
     def try_op(self, kind: str, args, params: dict, n_outs: int = 1) -> OpSpec | None:
         """Run the op on meta tensors; keep it when it is valid and small enough."""
         op = OpSpec(
@@ -142,7 +149,11 @@ class _Builder:
             tuple(params.items()),
             tuple(self.fresh() for _ in range(n_outs)),
         )
-        namespace = {"torch": torch, "F": F, **{v.name: v.meta for v in self.values}}
+        namespace: dict[str, Any] = {
+            "torch": torch,
+            "F": F,
+            **{v.name: v.meta for v in self.values},
+        }
         try:
             exec(op.render(), namespace)  # noqa: S102 - our own rendered op
             outs = [namespace[name] for name in op.outs]
@@ -161,14 +172,14 @@ class _Builder:
     # -- op kinds ----------------------------------------------------------
 
     def unary(self) -> OpSpec | None:
-        a = self.pick()
+        a = self.pick_any()
         return self.try_op(
             "unary", [a.name], {"op": self.draw(st.sampled_from(list(UNARY)))}
         )
 
     def binary(self) -> OpSpec | None:
         draw = self.draw
-        a = self.pick()
+        a = self.pick_any()
         op = draw(st.sampled_from(list(BINARY)))
         if draw(st.booleans()):
             b_name = self._broadcast_input(a)
@@ -255,7 +266,7 @@ class _Builder:
         return self.try_op("norm", args, params)
 
     def _affine(self, shape, dtype: str) -> list[str]:
-        """Weight and bias inputs of a norm: [w, b] (first choice), [w], [None, b] or []."""
+        """Weight and bias of a norm: [w, b] (first choice), [w], [None, b] or []."""
         weight = not self.draw(st.booleans())
         bias = not self.draw(st.booleans())
         if not (weight or bias):
@@ -360,6 +371,7 @@ class _Builder:
             )
 
         b = self.pick(fits)
+        assert b is not None  # a itself fits
         return self.try_op("cat", [a.name, b.name], {"dim": dim})
 
     def pool(self) -> OpSpec | None:
@@ -375,7 +387,7 @@ class _Builder:
         return self.try_op("pool", [a.name], params)
 
     def cast(self) -> OpSpec | None:
-        a = self.pick()
+        a = self.pick_any()
         target = (
             "float32"
             if a.dtype != "float32"
