@@ -21,7 +21,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv test verify uninstall status demo bench fuzz build pr lint clean
+.PHONY: help install stock-venv test verify uninstall status demo bench fuzz build pr lint upstream-test clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -39,6 +39,8 @@ help:
 	@echo "                 apply to a v$(TORCH_VERSION) checkout and build it (hours)"
 	@echo "make pr [PYTORCH_SRC=/path [ONTO=ref]]"
 	@echo "                 git format-patch set + PR_DESCRIPTION.md against v$(TORCH_VERSION) -> build/pr/"
+	@echo "make upstream-test PYTORCH_SRC=/path [UPSTREAM_TESTS=.. UPSTREAM_K=.. UPSTREAM_FLAGS=..]"
+	@echo "                 upstream's inductor CPU tests from the checkout, stock vs patched"
 	@echo "make clean       remove the venvs and caches"
 
 # Venvs are built once (the stamp); the overlay is applied on every
@@ -133,6 +135,21 @@ PR_ARGS ?=
 pr: stock-venv
 	$(PYTHON) -m tools.pr $(if $(PYTORCH_SRC),--pytorch-src "$(PYTORCH_SRC)") \
 	  $(if $(ONTO),--onto "$(ONTO)") $(PR_ARGS)
+
+# make upstream-test: tools/upstream_test.py.  Test files from PYTORCH_SRC,
+# torch from .venv-stock and .venv; UPSTREAM_FLAGS are extra runs, each a
+# space-separated ENV=VALUE list, ";" between runs.
+UPSTREAM_TESTS ?= test/inductor/test_cpu_repro.py
+UPSTREAM_K ?= outer_loop or local_buffer or group_norm or layer_norm or softmax
+UPSTREAM_FLAGS ?= TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION=1
+UPSTREAM_ARGS ?=
+upstream-test:
+	@$(PYTHON) -m tools.upstream_test --check-only --pytorch-src "$(PYTORCH_SRC)" \
+	  --tests "$(UPSTREAM_TESTS)"
+	@$(MAKE) --no-print-directory install stock-venv
+	$(VENV_PY) -m tools.upstream_test --pytorch-src "$(PYTORCH_SRC)" \
+	  --tests "$(UPSTREAM_TESTS)" -k "$(UPSTREAM_K)" --variants "$(UPSTREAM_FLAGS)" \
+	  $(UPSTREAM_ARGS)
 
 clean:
 	rm -rf $(VENV) $(STOCK_VENV) build *.egg-info .hypothesis
