@@ -16,7 +16,9 @@ STOCK_PY := $(STOCK_VENV)/bin/python
 TESTS ?= test/
 PYTEST_ARGS ?=
 # make build: the PyTorch v2.13.0 checkout, the jobs, and the python whose env
-# receives the editable torch.
+# receives the editable torch.  The steps are PyTorch's documented source build
+# (README "From Source"): pip install -r requirements.txt (cmake, ninja, ...),
+# then USE_CUDA=0 python -m pip install --no-build-isolation -v -e .
 PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
@@ -123,6 +125,11 @@ build:
 	@if ! grep -Eq '^$(subst .,\.,$(TORCH_VERSION))([^0-9]|$$)' "$(PYTORCH_SRC)/version.txt"; then \
 	  echo "error: $(PYTORCH_SRC)/version.txt says $$(head -c 40 "$(PYTORCH_SRC)/version.txt");" \
 	       "check out v$(TORCH_VERSION)" >&2; exit 2; fi
+	@if [ -f "$(PYTORCH_SRC)/.gitmodules" ] \
+	    && git -C "$(PYTORCH_SRC)" submodule status --recursive 2>/dev/null | grep -q '^-'; then \
+	  echo "error: $(PYTORCH_SRC) has uninitialized submodules; run" \
+	       "'git submodule update --init --recursive' there" >&2; exit 2; fi
+	cd "$(PYTORCH_SRC)" && $(BUILD_PYTHON) -m pip install -r requirements.txt
 	$(PYTHON) -m tools.overlay apply --target "$(PYTORCH_SRC)"
 	cd "$(PYTORCH_SRC)" && USE_CUDA=0 MAX_JOBS=$(MAX_JOBS) \
 	  $(BUILD_PYTHON) -m pip install --no-build-isolation -v -e .

@@ -15,6 +15,7 @@ from tools import overlay as tool
 from tools.patchset import (
     DEFAULT_PATCHES_DIR,
     SERIES_NAME,
+    load_overlay_files,
     load_series,
     parse_file_changes,
 )
@@ -267,3 +268,28 @@ def test_make_build_applies_to_the_checkout(checkout):
     assert result.returncode == 0, result.stderr
     assert "applied to" in result.stdout and "USE_CUDA=0 MAX_JOBS=1" in result.stdout
     assert b"outer_loop_fusion_retile" in (checkout / CONFIG).read_bytes()
+    for rel, data in load_overlay_files().items():  # the overlay modules land
+        assert (checkout / rel).read_bytes() == data, rel
+    # PyTorch's documented steps, in order: deps (cmake, ninja), then the build.
+    steps = [
+        "true -m pip install -r requirements.txt",
+        "tools.overlay apply",
+        "true -m pip install --no-build-isolation -v -e .",
+    ]
+    at = [result.stdout.find(step) for step in steps]
+    assert -1 not in at and at == sorted(at), result.stdout
+
+
+def test_make_build_refuses_uninitialized_submodules(checkout):
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(checkout), *args], check=True)
+
+    git("init", "--quiet")
+    (checkout / ".gitmodules").write_text(
+        '[submodule "third_party/x"]\n\tpath = third_party/x\n\turl = ../x\n'
+    )
+    git("update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},third_party/x")
+    before = snapshot(checkout)
+    result = make_build(f"PYTORCH_SRC={checkout}", "BUILD_PYTHON=true")
+    assert result.returncode != 0 and "uninitialized submodules" in result.stderr
+    assert snapshot(checkout) == before
