@@ -353,3 +353,17 @@ def pick_line(root: Path) -> tuple[str, str]:
     rel = "torch/_inductor/lowering.py"
     line = (root / rel).read_text().splitlines()[0]
     return rel, line
+
+
+def test_bench_table_prefers_the_best_times():
+    row = {
+        "workload": "layernorm",
+        "threads": 1,
+        "patched_over_stock": 0.5,
+        **{f"{v}_median_ms": 9.0 for v in ("eager", "stock", "patched")},
+        **{f"{v}_min_ms": 1.25 for v in ("eager", "stock", "patched")},
+    }
+    table = pr.bench_table([row])
+    assert "ms (best)" in table[0] and "| 1.25 | 1.25 | 1.25 |" in table[2]
+    del row["eager_min_ms"]
+    assert "ms (median)" in pr.bench_table([row])[0]
