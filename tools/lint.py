@@ -65,18 +65,26 @@ def check_overlay_installed(root: Path) -> list[str]:
     return stale
 
 
-def run(title: str, cmd: list[str], rewrite: tuple[str, str] | None = None) -> bool:
+def run(title: str, cmd: list[str], rewrite: dict[str, str] | None = None) -> bool:
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
     output = (proc.stdout + proc.stderr).strip()
-    if rewrite is not None:
-        output = output.replace(*rewrite)
+    for old, new in (rewrite or {}).items():
+        output = output.replace(old, new)
     seconds = time.perf_counter() - start
     status = "ok" if proc.returncode == 0 else "FAILED"
     print(f"== {title}: {status} ({seconds:.1f} s)")
     if output and proc.returncode != 0:
         print(output)
     return proc.returncode == 0
+
+
+def overlay_path_rewrite(root: Path) -> dict[str, str]:
+    """mypy's paths of the installed modules -> their overlay/ sources."""
+    prefixes = {f"{root}/torch/"}
+    if root.is_relative_to(REPO_ROOT):
+        prefixes.add(f"{root.relative_to(REPO_ROOT)}/torch/")
+    return dict.fromkeys(sorted(prefixes, key=len, reverse=True), "overlay/torch/")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     ok &= run(
         "mypy overlay/ (as torch._inductor.* in .venv's patched torch)",
         [python, "-m", "mypy", *modules],
-        rewrite=(f"{root}/torch/", "overlay/torch/"),
+        rewrite=overlay_path_rewrite(root),
     )
     return 0 if ok else 1
 
