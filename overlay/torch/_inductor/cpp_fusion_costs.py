@@ -30,8 +30,9 @@ def two_step_variance_threshold(stock_threshold: int, reduction_numel) -> int:
     """Largest reduction that lowers var/var_mean as sum + sum of squares.
 
     Stock keeps Welford for reductions over 1024 elements because the two-step
-    form reads the data twice.  Once the passes share one outer loop, the second pass reads the row from cache, and Welford's per
-    element division costs more: var_mean over (256, 25088) took 2.22 ms with
+    form reads the data twice.  Once the passes share one outer loop, the
+    second pass reads the row from cache, and Welford's per element division
+    costs more: var_mean over (256, 25088) took 2.22 ms with
     Welford and 1.27 ms in two steps (1 thread).  Two-step (mean first, then
     squared deviations) is as stable as Welford.  Rows between
     ROW_WORTH_TWO_STEPS and ROW_FITS_IN_CACHE elements switch.

@@ -198,7 +198,10 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
         snapshot.restore()
         return False
     loop_ordering_log.debug(
-        "reindexed %s onto the loops %s of %s", pointwise.get_name(), target, reduction.get_name()
+        "reindexed %s onto the loops %s of %s",
+        pointwise.get_name(),
+        target,
+        reduction.get_name(),
     )
     return True
 

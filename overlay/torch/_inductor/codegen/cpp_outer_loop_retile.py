@@ -35,7 +35,6 @@ from ..virtualized import V
 from .cpp import CppVecKernel, TilingSelect
 
 
-
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -61,9 +60,7 @@ class InnerLevelTilingSelect(TilingSelect):
         self.min_level = min_level
 
     def _select_tiling_indices(self, fn_list, var_sizes_list, tiling_factor):
-        indices = super()._select_tiling_indices(
-            fn_list, var_sizes_list, tiling_factor
-        )
+        indices = super()._select_tiling_indices(fn_list, var_sizes_list, tiling_factor)
         num_levels = _num_levels(var_sizes_list)
         indices = [i + num_levels if i < 0 else i for i in indices]
         inner = [i for i in indices if i >= self.min_level]
@@ -126,6 +123,12 @@ def _hint(size) -> int:
     )
 
 
+def _first_inner_range(proxy: CppKernelProxy, depth: int) -> int:
+    """Range of the kernel's first loop below the fusion depth (0 if none)."""
+    ranges = proxy.call_ranges or ()
+    return _hint(ranges[depth]) if len(ranges) > depth else 0
+
+
 def _iterations(proxy: CppKernelProxy) -> int:
     """Number of scalar iterations of the kernel's loop body (its work)."""
     return math.prod(_hint(size) for size in proxy.call_ranges or ())
@@ -173,13 +176,15 @@ class OuterLoopRetile:
 
     def prepare(self, proxy: CppKernelProxy) -> None:
         """Restrict the proxy's vector tiling to the levels below the fusion depth."""
-        proxy.tiling_select_cls = functools.partial(  # type: ignore[attr-defined]
+        proxy.tiling_select_cls = functools.partial(
             InnerLevelTilingSelect, self.depth
         )
 
     def accepts(self, proxies: Sequence[CppKernelProxy]) -> bool:
         """Decide whether the re-tiled kernels are merged (else: stock fallback)."""
-        if not _same_outer_loops(proxies, self.depth, ("var", "size", "offset", "steps")):
+        if not _same_outer_loops(
+            proxies, self.depth, ("var", "size", "offset", "steps")
+        ):
             _log(self.node, "rejected: outer levels still differ after re-tiling")
             return False
         if not self._keeps_parallelism(proxies):
@@ -202,11 +207,10 @@ class OuterLoopRetile:
         an equal share or enough iterations to balance.
         """
         outer = math.prod(
-            _hint(level.size) for level in _outer_levels(proxies[0], self.depth)
+            _hint(level.size) for level in _outer_levels(proxies[0], self.depth) or ()
         )
         inner_heavy = any(
-            len(p.call_ranges) > self.depth
-            and _hint(p.call_ranges[self.depth]) > outer * self.INNER_TO_OUTER
+            _first_inner_range(p, self.depth) > outer * self.INNER_TO_OUTER
             for p in proxies
         )
         if not inner_heavy:

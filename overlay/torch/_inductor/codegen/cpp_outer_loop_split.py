@@ -50,7 +50,9 @@ fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
 SMALL_CONSUMER_RATIO = 16
 
 
-def shared_outer_levels(sizes1: Sequence[sympy.Expr], sizes2: Sequence[sympy.Expr]) -> int:
+def shared_outer_levels(
+    sizes1: Sequence[sympy.Expr], sizes2: Sequence[sympy.Expr]
+) -> int:
     """Number of leading loop levels with the same range in both nodes.
 
     Compared one by one: symbolic ranges have no order, only equality.
@@ -87,7 +89,11 @@ def split_for_outer_extent(
     for i, size in enumerate(sizes):
         if target % before == 0 and size % (target // before) == 0:
             remainder = size // (target // before)
-            new_sizes = [*outer, *([remainder] if remainder > 1 else []), *sizes[i + 1 :]]
+            new_sizes = [
+                *outer,
+                *([remainder] if remainder > 1 else []),
+                *sizes[i + 1 :],
+            ]
             return None if new_sizes == list(sizes) else new_sizes
         before *= size
         if before > target:
