@@ -25,7 +25,7 @@ from tools.fuzz import check
 from tools.fuzz.check import CheckResult, check_case, compare
 from tools.fuzz.overlay_coverage import site_root
 from tools.fuzz.program import FuzzCase, InputSpec
-from tools.fuzz.repro import write_repro
+from tools.fuzz.repro import known_crashes, signature, write_repro
 from tools.fuzz.runner import run_fuzz
 from tools.fuzz.strategy import fuzz_cases
 
@@ -118,6 +118,19 @@ def test_repro_file_rebuilds_the_case(tmp_path):
     spec.loader.exec_module(module)
     assert module.CASE == case
     assert hasattr(module, f"test_fuzz_{case.digest()}")
+
+
+def test_known_crashes_are_xfail_repros_of_crashes(tmp_path):
+    case = FuzzCase(RELU_SOURCE, (InputSpec((2, 3)),))
+    other = FuzzCase(RELU_SOURCE, (InputSpec((3, 3)),))
+    crash = "InductorError: AssertionError: buf11"
+    write_repro(case, "crash with flags on", crash, tmp_path, xfail="known bug")
+    write_repro(other, "crash with flags on", "RuntimeError: 3 != 4", tmp_path)
+    # buffer numbers differ from program to program
+    assert signature("crash with flags on", "InductorError: AssertionError: buf5") in (
+        known_crashes(tmp_path)
+    )
+    assert len(known_crashes(tmp_path)) == 1  # the repro without xfail is not known
 
 
 # --- the ci profile ---------------------------------------------------------

@@ -9,6 +9,7 @@ the bug is fixed; mark it ``xfail(strict=True)`` to commit it before that.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -16,6 +17,28 @@ from .program import FuzzCase
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_REPRO_DIR = REPO_ROOT / "test" / "regressions"
+
+
+def signature(kind: str, message: str) -> str:
+    """What identifies a crash across programs: kind, first message part, no digits."""
+    first = message.strip().splitlines()[0].split("; ")[0] if message.strip() else ""
+    return f"{kind}: {re.sub(r'[0-9]+', '#', first)}"
+
+
+def known_crashes(directory: Path = DEFAULT_REPRO_DIR) -> set[str]:
+    """Signatures of crashes that already have an xfail repro in ``directory``.
+
+    The fuzzer counts such crashes as known instead of failing (and shrinking)
+    again; wrong results are never matched this way, only crashes.
+    """
+    found = set()
+    for path in sorted(Path(directory).glob("test_fuzz_*.py")):
+        text = path.read_text()
+        match = re.search(r"^SIGNATURE = (['\"])(.*)\1$", text, re.MULTILINE)
+        xfail = "pytest.mark.xfail(strict=True" in text
+        if match and xfail and match.group(2).startswith("crash"):
+            found.add(match.group(2))
+    return found
 
 
 def repro_path(case: FuzzCase, directory: Path = DEFAULT_REPRO_DIR) -> Path:
@@ -48,6 +71,7 @@ def render_repro(
         "import pytest  # noqa: F401  (for an xfail marker)\n\n"
         "from tools.fuzz.check import assert_overlay_agrees\n"
         "from tools.fuzz.program import FuzzCase, InputSpec\n\n"
+        f"SIGNATURE = {signature(kind, message)!r}\n\n"
         f"SOURCE = '''\\\n{case.source}'''\n\n"
         "CASE = FuzzCase(\n"
         "    source=SOURCE,\n"

@@ -136,7 +136,7 @@ def run_worker(opts: WorkerOptions) -> None:
     from hypothesis import given, reject, seed
 
     from .check import check_case
-    from .repro import write_repro
+    from .repro import known_crashes, signature, write_repro
     from .strategy import StrategyParams, fuzz_cases
 
     warnings.filterwarnings("ignore")
@@ -144,15 +144,15 @@ def run_worker(opts: WorkerOptions) -> None:
     params = StrategyParams(max_ops=opts.max_ops or profile.max_ops, focus=opts.focus)
     rec = _Recorder(opts.out_dir / f"worker{opts.index}.jsonl")
     rec.write("begin", seed=opts.seed, examples=opts.examples, pid=os.getpid())
-    failures: dict[
-        str, tuple
-    ] = {}  # kind -> (case, result), the latest is the smallest
+    # kind -> (case, result); the latest one is the smallest (hypothesis shrinks)
+    failures: dict[str, tuple] = {}
     stock_seen: set[str] = set()
     grew_seen: set[str] = set()
     stock_dir = opts.out_dir / "stock_wrong"
 
     # digest -> CheckResult: hypothesis repeats programs
     checked: dict[str, Any] = {}
+    known = known_crashes(opts.repro_dir)  # crashes that have an xfail repro already
 
     def fuzz_one(case):
         if time.time() > opts.deadline + (profile.shrink_grace if failures else 0):
@@ -161,7 +161,11 @@ def run_worker(opts: WorkerOptions) -> None:
         result = checked.get(digest)
         if result is None:
             rec.write("start", case=case_to_json(case))
-            result = checked[digest] = check_case(case)
+            result = check_case(case)
+            sig = signature(result.kind, result.message)
+            if result.failed and result.crashed and sig in known:
+                result = dataclasses.replace(result, status="known")
+            checked[digest] = result
             record(case, result, digest)
         if result.status == "invalid":
             reject()
@@ -317,7 +321,8 @@ def _progress_line(elapsed: float, records: list[dict]) -> str:
         f"fuzz [{elapsed:5.0f}s] programs {agg['tried']:4d}"
         f" | ok {st.get('ok', 0)} | FAIL {max(found, reported)}{shrinking}"
         f" | stock-wrong {st.get('stock', 0)}"
-        f" | noise {st.get('borderline', 0)} | invalid {st.get('invalid', 0)}"
+        f" | known {st.get('known', 0)} | noise {st.get('borderline', 0)}"
+        f" | invalid {st.get('invalid', 0)}"
         f" | overlay changed code {pw.get('code_differs', 0)}"
         f" | retiled {pw.get('retiled', 0)} | split {pw.get('splits', 0)}"
         f" | reordered {pw.get('reordered', 0)}"
@@ -542,6 +547,10 @@ def format_summary(summary: Summary) -> str:
     for f in summary.failures:
         lines.append(f"    [{f['kind']}] {_rel(f['path'])}")
         lines.append(f"      {f['message'][:300]}")
+    lines.append(
+        f"  known crashes           {st.get('known', 0):6d}   "
+        "(their signature is in an xfail repro in the repro dir)"
+    )
     lines.append(
         f"  stock also wrong        {st.get('stock', 0):6d}   "
         "(upstream; not counted as failures)"
