@@ -204,3 +204,33 @@ def test_groupnorm_dynamic_shapes_compile_and_stay_unsplit():
     gn = torch.nn.GroupNorm(4, 32)
     patched = compile_and_inspect(gn, (torch.randn(3, 32, 5, 6),), dynamic=True)
     assert patched.nests == [3]
+
+
+# --- lowering choices under fusion (patch 0004) -------------------------------
+
+
+def test_groupnorm_rows_of_4k_use_two_step_variance():
+    gn = torch.nn.GroupNorm(16, 64)  # 64 rows of 4 * 32 * 32 = 4096 elements
+    x = torch.randn(4, 64, 32, 32)
+    stock = compile_and_inspect(gn, (x,), overlay=False)
+    patched = compile_and_inspect(gn, (x,))
+    assert "welford" in stock.code
+    assert "welford" not in patched.code
+    assert patched.nests == [1]
+
+
+def test_rows_the_fusion_would_refuse_keep_welford():
+    # 16 rows of 8192: the parallelism guard refuses the fused loop, and
+    # unfused, two steps would read the data twice from memory.
+    gn = torch.nn.GroupNorm(8, 64)
+    x = torch.randn(2, 64, 32, 32)
+    stock = compile_and_inspect(gn, (x,), overlay=False)
+    patched = compile_and_inspect(gn, (x,))
+    assert "welford" in patched.code
+    assert patched.total_nests <= stock.total_nests
+
+
+def test_short_rows_keep_welford():
+    gn = torch.nn.GroupNorm(3, 90)  # rows of 30 * 6 * 6 = 1080 elements
+    patched = compile_and_inspect(gn, (torch.randn(2, 90, 6, 6),))
+    assert "welford" in patched.code

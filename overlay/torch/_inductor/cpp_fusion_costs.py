@@ -26,22 +26,35 @@ ROW_FITS_IN_CACHE = 32768
 ROW_WORTH_TWO_STEPS = 4096
 
 
-def two_step_variance_threshold(stock_threshold: int, reduction_numel) -> int:
+def two_step_variance_threshold(
+    stock_threshold: int, reduction_numel, outer_numel
+) -> int:
     """Largest reduction that lowers var/var_mean as sum + sum of squares.
 
     Stock keeps Welford for reductions over 1024 elements because the two-step
     form reads the data twice.  Once the passes share one outer loop, the
     second pass reads the row from cache, and Welford's per element division
-    costs more: var_mean over (256, 25088) took 2.22 ms with
-    Welford and 1.27 ms in two steps (1 thread).  Two-step (mean first, then
-    squared deviations) is as stable as Welford.  Rows between
-    ROW_WORTH_TWO_STEPS and ROW_FITS_IN_CACHE elements switch.
+    costs more: var_mean over (256, 25088) took 2.22 ms with Welford and
+    1.27 ms in two steps (1 thread).  Two-step (mean first, then squared
+    deviations) is as stable as Welford.
+
+    Rows between ROW_WORTH_TWO_STEPS and ROW_FITS_IN_CACHE elements switch,
+    but only where the outer-loop fusion will be accepted: its parallelism
+    guard refuses rows more than INNER_TO_OUTER times longer than the number
+    of rows, and unfused the two steps would read the data from memory twice.
     """
-    static = isinstance(reduction_numel, (int, sympy.Integer))
-    numel = int(reduction_numel) if static else 0
-    if ROW_WORTH_TWO_STEPS <= numel <= ROW_FITS_IN_CACHE:
+    from .codegen.cpp_outer_loop_retile import OuterLoopRetile
+
+    numel = _static_int(reduction_numel)
+    rows = _static_int(outer_numel)
+    fusable = rows * OuterLoopRetile.INNER_TO_OUTER >= numel
+    if ROW_WORTH_TWO_STEPS <= numel <= ROW_FITS_IN_CACHE and fusable:
         return max(stock_threshold, numel)
     return stock_threshold
+
+
+def _static_int(expr) -> int:
+    return int(expr) if isinstance(expr, (int, sympy.Integer)) else 0
 
 
 # Ops that cost more to recompute per consumer than to store and reload
