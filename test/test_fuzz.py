@@ -1,6 +1,6 @@
 """The fusion fuzzer (tools/fuzz): its parts, the `ci` profile, a mutant it must catch.
 
-The `ci` run compiles about 24 random programs twice each (overlay flags off
+The `ci` run compiles 32 random programs twice each (overlay flags off
 and on) in two worker processes; the mutant test runs the fuzzer against a
 temporary copy of the installed cpp_outer_loop_split.py with an off-by-one,
 imported in place of the real module by a sitecustomize on PYTHONPATH.  The

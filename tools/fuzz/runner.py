@@ -9,7 +9,7 @@ and the worker writes a repro to ``test/regressions/`` (``repro.py``).
 
 Profiles (hypothesis settings plus strategy size):
 
-``ci``       24 programs, derandomized (fixed seeds), no example database;
+``ci``       32 programs, derandomized (fixed seeds), no example database;
              what ``make test`` runs (test/test_fuzz.py)
 ``dev``      until ``--seconds`` (default 300) or ``--examples``; random
              seeds unless given; failures are saved in .hypothesis/ and
@@ -48,7 +48,7 @@ class Profile:
 
 
 PROFILES = {
-    "ci": Profile("ci", 24, None, 6, True, False, 90),
+    "ci": Profile("ci", 32, None, 6, True, False, 90),
     "dev": Profile("dev", 100_000, 300, 7, False, True, 240),
     "nightly": Profile("nightly", 1_000_000, 3600, 10, False, True, 900),
 }
