@@ -26,7 +26,7 @@ from tools.fuzz.check import CheckResult, check_case, compare
 from tools.fuzz.overlay_coverage import site_root
 from tools.fuzz.program import FuzzCase, InputSpec
 from tools.fuzz.repro import known_crashes, signature, write_repro
-from tools.fuzz.runner import run_fuzz
+from tools.fuzz.runner import _crashed_workers, case_to_json, run_fuzz
 from tools.fuzz.strategy import fuzz_cases
 
 SPLIT_MODULE = "torch._inductor.codegen.cpp_outer_loop_split"
@@ -133,6 +133,19 @@ def test_known_crashes_are_xfail_repros_of_crashes(tmp_path):
         known_crashes(tmp_path)
     )
     assert len(known_crashes(tmp_path)) == 1  # the repro without xfail is not known
+
+
+def test_a_dead_worker_leaves_a_repro_of_its_last_program(tmp_path):
+    """A segfault in generated code kills the worker; its last program is kept."""
+    case = FuzzCase(RELU_SOURCE, (InputSpec((2, 3)),))
+    records = [
+        {"type": "example", "worker": 0},
+        {"type": "start", "worker": 0, "case": case_to_json(case)},
+    ]
+    dead = subprocess.CompletedProcess([], returncode=-11)
+    crashed = _crashed_workers([dead], records, tmp_path, tmp_path / "repros")
+    assert len(crashed) == 1 and "signal 11" in crashed[0]
+    assert (tmp_path / "repros" / f"test_fuzz_{case.digest()}.py").exists()
 
 
 # --- the ci profile ---------------------------------------------------------
