@@ -184,6 +184,8 @@ def _dims(dims) -> str:
 
 
 def _slice(p) -> str:
+    if p.get("index") is not None:  # select: drops the dim
+        return "[" + ":, " * p["dim"] + f"{p['index']}]"
     start, stop, step = p["start"], p["stop"], p["step"]
     part = f"{'' if start is None else start}:{'' if stop is None else stop}"
     if step != 1:
@@ -204,6 +206,8 @@ UNARY = {
     "affine": "{a} * 0.5 + 1.25",
     "rsqrt": "torch.rsqrt({a}.abs() + 1)",
     "log1p": "torch.log1p({a}.abs())",
+    "softplus": "F.softplus({a})",
+    "erf": "torch.erf({a})",
 }
 
 BINARY = {
@@ -262,7 +266,9 @@ RENDERERS = {
         f"{args[0]}.contiguous(memory_format=torch.channels_last)"
     ),
     "slice": lambda args, p: f"{args[0]}{_slice(p)}",
-    "cat": lambda args, p: f"torch.cat([{', '.join(args)}], dim={p['dim']})",
+    "cat": lambda args, p: (
+        f"torch.{p.get('op', 'cat')}([{', '.join(args)}], dim={p['dim']})"
+    ),
     "pool": lambda args, p: (
         f"F.{p['op']}({args[0]}, {p['kernel']}, stride={p['stride']}, "
         f"padding={p['padding']})"

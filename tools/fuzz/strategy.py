@@ -345,8 +345,12 @@ class _Builder:
         dims = [d for d, s in enumerate(a.shape) if s >= 2]
         dim = draw(st.sampled_from(dims))
         size = a.shape[dim]
-        how = draw(st.integers(0, 2))
+        how = draw(st.integers(0, 3))
         params = {"dim": dim, "start": None, "stop": None, "step": 1}
+        if how == 3 and a.rank >= 2:  # select one index: a strided lower-rank view
+            return self.try_op(
+                "slice", [a.name], {"dim": dim, "index": draw(st.integers(0, size - 1))}
+            )
         if how == 0:
             params["start"] = draw(st.integers(1, size - 1))
         elif how == 1:
@@ -359,6 +363,17 @@ class _Builder:
         a = self.pick(lambda v: v.rank >= 1)
         if a is None:
             return None
+        if self.draw(st.booleans()):  # stack 2 or 3 values of one shape (interleaves)
+
+            def alike(v: _Value) -> bool:
+                return v.shape == a.shape and v.dtype == a.dtype
+
+            same = [self.pick(alike)]
+            if self.draw(st.booleans()):
+                same.append(self.pick(alike))
+            dim = self.draw(st.sampled_from([-1, *range(a.rank + 1)]))
+            args = [a.name, *(v.name for v in same if v is not None)]
+            return self.try_op("cat", args, {"op": "stack", "dim": dim})
         dim = self.draw(st.integers(0, a.rank - 1))
 
         def fits(v: _Value) -> bool:
