@@ -234,3 +234,18 @@ def test_short_rows_keep_welford():
     gn = torch.nn.GroupNorm(3, 90)  # rows of 30 * 6 * 6 = 1080 elements
     patched = compile_and_inspect(gn, (torch.randn(2, 90, 6, 6),))
     assert "welford" in patched.code
+
+
+def test_no_split_under_a_reduction_over_strided_memory():
+    # LayerNorm over the channels of an NCHW tensor reduces across a strided
+    # dimension; joining its kernels in one tiled outer loop was slower than
+    # stock's separate nests, so the split is refused.
+    ln = layer_norm(64)
+    x = torch.randn(2, 64, 12, 12)
+
+    def channels_layernorm(x):
+        return ln(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+    stock = compile_and_inspect(channels_layernorm, (x,), overlay=False)
+    patched = compile_and_inspect(channels_layernorm, (x,))
+    assert patched.nests == stock.nests

@@ -142,11 +142,16 @@ def _compile(fn, args, overlay: bool):
 
     from tools.loopnest import count_nests
 
-    flags = {
-        "cpp.outer_loop_fusion_retile": overlay,
-        "cpp.loop_ordering_after_fusion": overlay,
-        "force_disable_caches": True,
-    }
+    # patched = the overlay as shipped: its flags at their defaults
+    # (re-tiling on, loop ordering after fusion off); stock = all flags off.
+    flags: dict = {"force_disable_caches": True}
+    if not overlay:
+        flags.update(
+            {
+                "cpp.outer_loop_fusion_retile": False,
+                "cpp.loop_ordering_after_fusion": False,
+            }
+        )
     compiled = torch.compile(_fresh(fn))
     with config.patch(flags), torch.no_grad():
         start = time.perf_counter()

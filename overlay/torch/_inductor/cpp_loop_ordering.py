@@ -237,7 +237,7 @@ def refresh_group_after_reorder(node) -> None:
         _recompute_group(node)
 
 
-def _strided_bytes(node) -> int:
+def strided_inner_bytes(node) -> int:
     """Bytes of the node's accesses that are strided along its innermost loop.
 
     The C++ backend vectorizes the innermost loop; an access whose stride
@@ -268,7 +268,7 @@ def reorder_is_worthwhile(node, new_order) -> bool:
     from .scheduler import SchedulerNode
 
     snodes = [sn for sn in node.get_nodes() if isinstance(sn, SchedulerNode)]
-    before = sum(_strided_bytes(sn) for sn in snodes)
+    before = sum(strided_inner_bytes(sn) for sn in snodes)
     states = [sn.snapshot_loop_state() for sn in snodes]
     listeners = [sn._loop_mutation_listener for sn in snodes]
     for sn in snodes:
@@ -276,7 +276,7 @@ def reorder_is_worthwhile(node, new_order) -> bool:
         sn._body = sn._body.reorder_iter_loops(new_order)
         sn._sizes = sn._body.sizes
         sn.refresh_dependencies(normalize=False, need_clear_tiling_cache=False)
-    after = sum(_strided_bytes(sn) for sn in snodes)
+    after = sum(strided_inner_bytes(sn) for sn in snodes)
     for sn, state, listener in zip(snodes, states, listeners):
         sn.restore_loop_state(state)
         sn._loop_mutation_listener = listener
