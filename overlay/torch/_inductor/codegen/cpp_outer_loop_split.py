@@ -50,6 +50,21 @@ fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
 SMALL_CONSUMER_RATIO = 16
 
 
+def shared_outer_levels(
+    sizes1: Sequence[sympy.Expr], sizes2: Sequence[sympy.Expr]
+) -> int:
+    """Number of leading loop levels with the same range in both nodes.
+
+    Compared one by one: symbolic ranges have no order, only equality.
+    """
+    shared = 0
+    for a, b in zip(sizes1, sizes2):
+        if a != b:
+            break
+        shared += 1
+    return shared
+
+
 def _static_sizes(sizes: Sequence[sympy.Expr]) -> list[int] | None:
     if all(isinstance(s, (int, sympy.Integer)) for s in sizes):
         return [int(s) for s in sizes]
