@@ -165,6 +165,7 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
     """
     import math
 
+    from .virtualized import V
     from .scheduler import (
         _LoopStateSnapshot,
         FusedSchedulerNode,
@@ -180,7 +181,7 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
     snodes = pointwise.get_nodes()
     if not all(isinstance(sn, SchedulerNode) and not sn._sizes[1] for sn in snodes):
         return False
-    sizevars = scheduler_sizevars()
+    sizevars = V.graph.sizevars
     if not all(
         sizevars.statically_known_equals(math.prod(sn._sizes[0]), math.prod(target))
         for sn in snodes
@@ -204,12 +205,6 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
         reduction.get_name(),
     )
     return True
-
-
-def scheduler_sizevars():
-    from .virtualized import V
-
-    return V.graph.sizevars
 
 
 def _share_a_dependency(scheduler, node1, node2) -> bool:
