@@ -22,9 +22,12 @@ installed) a PNG chart.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
+import io
 import json
+import logging
 import os
 import platform
 import statistics
@@ -135,29 +138,57 @@ def _fresh(fn):
     return call
 
 
+@contextlib.contextmanager
+def _output_code():
+    """Collect the generated module's source while compiling.
+
+    Unlike torch._inductor.utils.run_and_get_cpp_code this does not reset
+    dynamo: a reset would drop the variant compiled before, and the timing
+    loop would silently recompile it under the default (patched) config.
+    """
+    from torch._inductor import config
+    from torch._inductor.codecache import output_code_log
+
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    level = output_code_log.level
+    output_code_log.addHandler(handler)
+    output_code_log.setLevel(logging.DEBUG)
+    try:
+        with config.patch(debug=True):
+            yield buffer
+    finally:
+        output_code_log.setLevel(level)
+        output_code_log.removeHandler(handler)
+
+
 def _compile(fn, args, overlay: bool):
     import torch
     from torch._inductor import config
-    from torch._inductor.utils import run_and_get_cpp_code
 
+    from tools import flags as overlay_flags
     from tools.loopnest import count_nests
 
     # patched = the overlay as shipped: its flags at their defaults
     # (re-tiling on, loop ordering after fusion off); stock = all flags off.
     flags: dict = {"force_disable_caches": True}
     if not overlay:
-        flags.update(
-            {
-                "cpp.outer_loop_fusion_retile": False,
-                "cpp.loop_ordering_after_fusion": False,
-            }
-        )
-    compiled = torch.compile(_fresh(fn))
-    with config.patch(flags), torch.no_grad():
+        flags.update(overlay_flags.config_patch(False))
+    # dynamic=False: the _fresh wrappers share a name and line, and dynamo's
+    # automatic dynamic shapes would otherwise compile later workloads with
+    # symbolic sizes.
+    compiled = torch.compile(_fresh(fn), dynamic=False)
+    with config.patch(flags), torch.no_grad(), _output_code() as code:
         start = time.perf_counter()
-        _, code = run_and_get_cpp_code(compiled, *args)
+        compiled(*args)
         compile_s = time.perf_counter() - start
-    return compiled, count_nests(code), compile_s
+    return compiled, count_nests(code.getvalue()), compile_s
+
+
+def _compiled_graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return sum(counters["stats"].values()) + sum(counters["frames"].values())
 
 
 def _copy_bandwidth(reps: int) -> float:
@@ -185,6 +216,7 @@ def _time_interleaved(variants: dict, args, reps: int) -> dict[str, list[float]]
     import torch
 
     times: dict[str, list[float]] = {name: [] for name in variants}
+    compiled_before = _compiled_graphs()
     with torch.no_grad():
         for _ in range(WARMUP_ROUNDS):
             for fn in variants.values():
@@ -194,6 +226,8 @@ def _time_interleaved(variants: dict, args, reps: int) -> dict[str, list[float]]
                 start = time.perf_counter()
                 fn(*args)
                 times[name].append(time.perf_counter() - start)
+    if _compiled_graphs() != compiled_before:
+        raise RuntimeError("a variant recompiled while being timed; its config is lost")
     return times
 
 
@@ -213,6 +247,7 @@ def run_workload(workload: Workload, threads: int, reps: int, copy_gbs: float) -
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     fn, args, min_bytes = workload.make()
+    torch._dynamo.reset()  # drop the previous workload's compiled variants
     stock, stock_nests, stock_compile = _compile(fn, args, overlay=False)
     patched, patched_nests, patched_compile = _compile(fn, args, overlay=True)
     times = _time_interleaved(
