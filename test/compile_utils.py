@@ -14,9 +14,9 @@ import torch
 from torch._inductor import config, metrics
 from torch._inductor.utils import run_and_get_cpp_code
 
+from tools.flags import config_patch
 from tools.loopnest import analyze
 
-OVERLAY_FLAGS = ("cpp.outer_loop_fusion_retile", "cpp.loop_ordering_after_fusion")
 
 # The seed report's config: every small op becomes its own scheduler node.
 SEED_CONFIG = {"realize_opcount_threshold": 1, "inplace_buffers": False}
@@ -41,7 +41,7 @@ class Compiled:
 
 
 def overlay_flags(on: bool) -> dict[str, bool]:
-    return dict.fromkeys(OVERLAY_FLAGS, on)
+    return config_patch(on)
 
 
 def tolerance(dtype: torch.dtype) -> dict[str, float]:

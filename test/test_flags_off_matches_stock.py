@@ -1,9 +1,8 @@
-"""With both overlay flags off, the patched tree generates stock code.
+"""With every overlay flag off, the patched tree generates stock code.
 
 tools/corpus_codegen.py compiles the same corpus once under pristine torch
-2.13.0 (.venv-stock) and once under the patched .venv with
-TORCHINDUCTOR_CPP_OUTER_LOOP_RETILE=0 and
-TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION=0, each in one subprocess with a
+2.13.0 (.venv-stock) and once under the patched .venv with every flag of
+tools/flags.py set to 0 in the environment, each in one subprocess with a
 fresh inductor cache; the generated code must match program by program, and
 every compiled program must match eager.
 """
@@ -21,12 +20,10 @@ import pytest
 from conftest import PATCHED_VENV, REPO_ROOT, STOCK_VENV, venv_python
 
 from tools.corpus_codegen import PROGRAMS
+from tools.flags import NAMES, env_all_off
 
 CORPUS_SCRIPT = REPO_ROOT / "tools" / "corpus_codegen.py"
-FLAGS_OFF = {
-    "TORCHINDUCTOR_CPP_OUTER_LOOP_RETILE": "0",
-    "TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION": "0",
-}
+FLAGS_OFF = env_all_off()
 
 
 def dump_corpus(python: Path, workdir: Path) -> dict:
@@ -65,10 +62,9 @@ def test_runs_are_what_they_claim(dumps):
     assert dumps["stock"]["overlay_flags"] is None, (
         "the stock venv has the overlay applied"
     )
-    assert dumps["patched"]["overlay_flags"] == {
-        "outer_loop_fusion_retile": False,
-        "loop_ordering_after_fusion": False,
-    }, "the patched venv lacks the overlay, or ignores the flag environment variables"
+    assert dumps["patched"]["overlay_flags"] == dict.fromkeys(NAMES, False), (
+        "the patched venv lacks the overlay, or ignores the flag environment variables"
+    )
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))

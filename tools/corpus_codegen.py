@@ -261,10 +261,11 @@ def overlay_flags() -> dict | None:
     """The overlay's switches as this interpreter sees them; None on stock torch."""
     from torch._inductor import config as inductor_config
 
-    names = ("outer_loop_fusion_retile", "loop_ordering_after_fusion")
-    if not all(hasattr(inductor_config.cpp, n) for n in names):
+    from tools.flags import NAMES
+
+    if not all(hasattr(inductor_config.cpp, n) for n in NAMES):
         return None
-    return {n: getattr(inductor_config.cpp, n) for n in names}
+    return {n: getattr(inductor_config.cpp, n) for n in NAMES}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -296,4 +297,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # Run as a script by the test (under either venv): make tools/ importable.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sys.exit(main())

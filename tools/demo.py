@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tools.flags import config_patch
 from tools.loopnest import analyze
 
-FLAGS = ("cpp.outer_loop_fusion_retile", "cpp.loop_ordering_after_fusion")
-FLAGS_OFF = dict.fromkeys(FLAGS, False)
-FLAGS_ON = dict.fromkeys(FLAGS, True)
+FLAGS_OFF = config_patch(False)
+FLAGS_ON = config_patch(True)
 SEED_CONFIG = {"realize_opcount_threshold": 1, "inplace_buffers": False}
 
 

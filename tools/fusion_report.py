@@ -19,10 +19,13 @@ import sys
 
 import torch
 
+from tools.flags import config_patch
+
 FUSION_LOGGERS = (
     "torch._inductor.scheduler",
     "torch._inductor.codegen.cpp_outer_loop_retile",
     "torch._inductor.codegen.cpp_outer_loop_split",
+    "torch._inductor.codegen.cpp_reduction_accumulators",
     "torch._inductor.cpp_loop_ordering",
 )
 DECISION_MARKERS = (
@@ -71,8 +74,7 @@ def compile_once(fn, inputs, overlay: bool, dynamic: bool, extra: dict):
     torch._dynamo.reset()
     metrics.reset()
     flags = {
-        "cpp.outer_loop_fusion_retile": overlay,
-        "cpp.loop_ordering_after_fusion": overlay,
+        **config_patch(overlay),
         "force_disable_caches": True,
         **extra,
     }

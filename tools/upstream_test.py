@@ -11,8 +11,7 @@ never imported.  Then it prints, per variant, what the overlay changed: new
 failures (pass on stock, fail on patched), new passes, and the totals.
 
 A variant sets environment variables for both runs.  Variables that only
-the overlay reads (TORCHINDUCTOR_CPP_OUTER_LOOP_RETILE,
-TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION) change nothing on stock torch,
+the overlay reads (tools/flags.py) change nothing on stock torch,
 so a variant made of those reuses the plain stock run.
 """
 
@@ -29,15 +28,13 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from tools.flags import ENV_VARS
 from tools.patchset import REPO_ROOT
 
 DEFAULT_TESTS = "test/inductor/test_cpu_repro.py"
 DEFAULT_K = "outer_loop or local_buffer or group_norm or layer_norm or softmax"
 DEFAULT_OUT = REPO_ROOT / "build" / "upstream-test"
-OVERLAY_ONLY_ENV = {
-    "TORCHINDUCTOR_CPP_OUTER_LOOP_RETILE",
-    "TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION",
-}
+OVERLAY_ONLY_ENV = set(ENV_VARS)
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 

@@ -1,0 +1,37 @@
+"""make bench times what it says it times.
+
+An earlier bench captured the generated code with run_and_get_cpp_code,
+which resets dynamo: the stock variant compiled first was dropped, and the
+timing loop recompiled it under the default (patched) config, so "stock"
+timed patched code.  These tests pin the fix.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tools import bench
+
+
+@pytest.fixture
+def layernorm():
+    torch._dynamo.reset()
+    return torch.nn.LayerNorm(1000), (torch.randn(37, 1000),)
+
+
+def test_stock_and_patched_stay_compiled_while_timed(layernorm):
+    fn, args = layernorm
+    stock, stock_nests, _ = bench._compile(fn, args, overlay=False)
+    patched, patched_nests, _ = bench._compile(fn, args, overlay=True)
+    assert (stock_nests, patched_nests) == (4, 1)
+    times = bench._time_interleaved({"stock": stock, "patched": patched}, args, reps=2)
+    assert [len(t) for t in times.values()] == [2, 2]
+
+
+def test_a_recompile_while_timing_is_an_error(layernorm):
+    fn, args = layernorm
+    stock, _, _ = bench._compile(fn, args, overlay=False)
+    torch._dynamo.reset()  # what the old code capture did behind our back
+    with pytest.raises(RuntimeError, match="recompiled"):
+        bench._time_interleaved({"stock": stock}, args, reps=1)

@@ -1,0 +1,166 @@
+"""Several accumulators for long horizontal vector reductions.
+
+``cpp.multi_accumulator_reductions`` (codegen/cpp_reduction_accumulators.py)
+gives a vectorized sum/max/min along a row four accumulators that rotate
+every iteration.  Each test compares with eager and checks the generated
+loop body: how many reductions rotate, and whether stock's cascade helper
+is still there.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from compile_utils import compile_and_inspect, compile_and_run
+
+from torch._inductor.cpu_vec_isa import pick_vec_isa
+from torch._inductor.codegen.cpp_reduction_accumulators import (
+    ACCUMULATORS,
+    CASCADE_CHUNK,
+    MIN_ITERATIONS_PER_ACCUMULATOR,
+)
+
+ROTATION = re.compile(r"\{ auto rotated = (\w+);")
+# float32 lanes of the vector kernels on this machine (16 with AVX512)
+VEC = pick_vec_isa().nelements(torch.float32)
+
+
+def setup_module():
+    torch.manual_seed(0)
+
+
+def rotated_accumulators(code: str) -> list[str]:
+    """Accumulators that rotate; a parallel reduction's per-thread copies
+    (``acc_local``) count as their accumulator."""
+    return [name.removesuffix("_local") for name in ROTATION.findall(code)]
+
+
+def row_sum(x):
+    return x.sum(-1)
+
+
+def test_long_row_sum_rotates_four_accumulators():
+    x = torch.randn(5, 1000)  # 62 vectors and a masked tail of 8
+    patched = compile_and_inspect(row_sum, (x,))
+    stock = compile_and_inspect(row_sum, (x,), overlay=False)
+    assert rotated_accumulators(patched.code) == ["tmp_acc0_vec"]
+    slots = set(re.findall(r"tmp_acc0_vec_slot\d+", patched.code))
+    assert len(slots) == ACCUMULATORS - 1
+    assert rotated_accumulators(stock.code) == []
+
+
+def test_short_row_keeps_one_accumulator():
+    short = ACCUMULATORS * MIN_ITERATIONS_PER_ACCUMULATOR * VEC - VEC
+    x = torch.randn(5, short)
+    assert rotated_accumulators(compile_and_inspect(row_sum, (x,)).code) == []
+
+
+def test_sum_replaces_a_cascade_that_would_not_cascade():
+    x = torch.randn(3, 25000)  # stock: CascadeSumHelper over 1562 vectors, depth 0
+    stock = compile_and_inspect(row_sum, (x,), overlay=False)
+    patched = compile_and_inspect(row_sum, (x,))
+    assert "cascade_sum_combine" in stock.code
+    assert "cascade_sum_combine" not in patched.code
+    assert rotated_accumulators(patched.code) == ["tmp_acc0_vec"]
+
+
+def test_rows_longer_than_the_cascade_chunk_keep_cascade_summation():
+    x = torch.randn(2, ACCUMULATORS * CASCADE_CHUNK * VEC + 10 * VEC)
+    patched = compile_and_inspect(row_sum, (x,))
+    assert rotated_accumulators(patched.code) == []
+    assert "cascade_sum_combine" in patched.code
+
+
+def test_sum_is_no_less_accurate_than_stock():
+    x = torch.rand(4, 30000) * 100  # a large positive sum stresses each chain
+    exact = x.double().sum(-1)
+    (stock,), _ = compile_and_run(row_sum, (x,), overlay=False)
+    (patched,), compiled = compile_and_run(row_sum, (x,))
+    assert rotated_accumulators(compiled.code)
+    stock_err = (stock.double() - exact).abs().max().item()
+    patched_err = (patched.double() - exact).abs().max().item()
+    assert patched_err <= stock_err * 1.5 + 1e-3
+
+
+def test_max_and_min_propagate_nan_across_accumulators():
+    x = torch.randn(6, 777)
+    x[2, 500] = float("nan")  # lands in one accumulator of four
+
+    def extremes(x):
+        return x.amax(-1), x.amin(-1)
+
+    actual, compiled = compile_and_run(extremes, (x,))
+    assert len(rotated_accumulators(compiled.code)) == 2
+    for got, want in zip(actual, extremes(x), strict=True):
+        torch.testing.assert_close(got, want, equal_nan=True)
+    assert actual[0][2].isnan() and actual[1][2].isnan()
+
+
+def test_softmax_rotates_max_and_sum():
+    x = torch.randn(16, 4096)
+    compiled = compile_and_inspect(lambda x: torch.softmax(x, -1), (x,))
+    assert len(rotated_accumulators(compiled.code)) == 2
+
+
+def test_bfloat16_rows_accumulate_in_float_with_rotation():
+    x = torch.randn(6, 3000).bfloat16()
+    compiled = compile_and_inspect(row_sum, (x,))
+    assert rotated_accumulators(compiled.code) == ["tmp_acc0_vec"]
+
+
+def test_parallel_reduction_rotates_per_thread_accumulators():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = torch.randn(100003)  # one row: the reduction loop itself is parallel
+        compiled = compile_and_inspect(torch.sum, (x,))
+    finally:
+        torch.set_num_threads(threads)
+    assert "tmp_acc0_vec_local" in ROTATION.findall(compiled.code)
+    merge = "tmp_acc0_vec_local = tmp_acc0_vec_local + tmp_acc0_vec_slot1"
+    assert merge in compiled.code
+
+
+def test_dynamic_rows_keep_stock_code():
+    x = torch.randn(5, 3000)
+    compiled = compile_and_inspect(row_sum, (x,), dynamic=True)
+    assert rotated_accumulators(compiled.code) == []
+
+
+def var_mean(x):
+    return torch.var_mean(x, -1)
+
+
+def test_welford_slots_keep_the_reciprocal_weight_helper():
+    x = torch.randn(8, 2000)  # var_mean over 2000 lowers to Welford
+    compiled = compile_and_inspect(var_mean, (x,))
+    assert rotated_accumulators(compiled.code) == ["tmp_acc0_vec"]
+    assert "WelfordHelper" in compiled.code
+
+
+def test_welford_merge_is_as_accurate_as_stock():
+    x = torch.randn(6, 3000) * 0.01 + 1000  # a large mean: the hard case
+    exact = torch.var_mean(x.double(), -1)
+    stock, _ = compile_and_run(var_mean, (x,), overlay=False)
+    patched, compiled = compile_and_run(var_mean, (x,))
+    assert rotated_accumulators(compiled.code) == ["tmp_acc0_vec"]
+    for s, p, e in zip(stock, patched, exact, strict=True):
+        stock_err = (s.double() - e).abs().max().item()
+        patched_err = (p.double() - e).abs().max().item()
+        assert patched_err <= stock_err * 1.5 + 1e-9
+
+
+def test_layernorm_statistics_rotate_inside_the_single_nest():
+    x = torch.randn(37, 1000)  # up to 1024: two-step variance, two sums
+    compiled = compile_and_inspect(torch.nn.LayerNorm(1000), (x,))
+    assert compiled.nests == [1]
+    assert len(rotated_accumulators(compiled.code)) == 2
+
+
+def test_groupnorm_statistics_rotate_inside_the_single_nest():
+    gn = torch.nn.GroupNorm(4, 32)
+    x = torch.randn(4, 32, 24, 24)  # 16 groups of 8 x 576 = 4608: two-step
+    compiled = compile_and_inspect(gn, (x,))
+    assert compiled.nests == [1]
+    assert len(rotated_accumulators(compiled.code)) == 2  # mean, squared deviations
