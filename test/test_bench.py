@@ -25,7 +25,8 @@ def test_stock_and_patched_stay_compiled_while_timed(layernorm):
     stock, stock_nests, _ = bench._compile(fn, args, overlay=False)
     patched, patched_nests, _ = bench._compile(fn, args, overlay=True)
     assert (stock_nests, patched_nests) == (4, 1)
-    times = bench._time_interleaved({"stock": stock, "patched": patched}, args, reps=2)
+    variants = {"stock": stock, "patched": patched}
+    times = bench._time_interleaved(variants, [args], reps=2)
     assert [len(t) for t in times.values()] == [2, 2]
 
 
@@ -34,4 +35,16 @@ def test_a_recompile_while_timing_is_an_error(layernorm):
     stock, _, _ = bench._compile(fn, args, overlay=False)
     torch._dynamo.reset()  # what the old code capture did behind our back
     with pytest.raises(RuntimeError, match="recompiled"):
-        bench._time_interleaved({"stock": stock}, args, reps=1)
+        bench._time_interleaved({"stock": stock}, [args], reps=1)
+
+
+def test_input_copies_cover_several_page_offsets():
+    x = torch.randn(16, 1024)  # 64 KiB: from the heap under either allocator
+    copies = bench._staggered_copies((x,))
+    assert all(torch.equal(c, x) for (c,) in copies)
+    offsets = {c.data_ptr() % 4096 for (c,) in copies}
+    assert len(offsets) >= bench.INPUT_COPIES // 2
+
+
+def test_paired_ratio_is_the_median_of_per_repetition_ratios():
+    assert bench.paired_ratio([2.0, 3.0, 10.0], [1.0, 3.0, 5.0]) == 2.0
