@@ -26,6 +26,7 @@ FUSION_LOGGERS = (
     "torch._inductor.codegen.cpp_outer_loop_retile",
     "torch._inductor.codegen.cpp_outer_loop_split",
     "torch._inductor.codegen.cpp_reduction_accumulators",
+    "torch._inductor.cpp_outer_block_fusion",
     "torch._inductor.cpp_loop_ordering",
 )
 DECISION_MARKERS = (

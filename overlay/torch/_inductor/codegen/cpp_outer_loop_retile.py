@@ -30,6 +30,7 @@ import sympy
 import torch
 
 from .. import metrics
+from ..cpp_outer_block_fusion import is_outer_block_fusion
 from ..utils import parallel_num_threads
 from ..virtualized import V
 from .cpp import CppVecKernel, TilingSelect
@@ -215,13 +216,18 @@ class OuterLoopRetile:
         )
         if not inner_heavy:
             return True
-        if max(_iterations(p) for p in proxies) > self.SMALL_KERNEL_ITERATIONS:
-            return False
         threads = parallel_num_threads()
-        return outer >= threads and (
+        balanced = outer >= threads and (
             outer % threads == 0
             or outer >= threads * self.BALANCED_ITERATIONS_PER_THREAD
         )
+        if is_outer_block_fusion(self.node):
+            # Chosen for its per-block cache reuse, which parallel inner
+            # loops would give up (cpp_outer_block_fusion.py).
+            return balanced
+        if max(_iterations(p) for p in proxies) > self.SMALL_KERNEL_ITERATIONS:
+            return False
+        return balanced
 
     def _keeps_vector_work(self, proxies: Sequence[CppKernelProxy]) -> bool:
         """Cost guard: the merge must not lose more vector work than it is worth.

@@ -14,8 +14,9 @@ The loop body is unchanged; after the combine line the accumulators rotate
 iteration i depends on iteration i - ACCUMULATORS only; the moves are
 register moves.  Unrolling the loop as well (``#pragma GCC unroll 4``) was
 tried and dropped: over 36 input/output placements the memory-bound RMSNorm
-kernel ran 13% slower unrolled (median), 2% faster rotated only.  After the loop the slots are combined into
-the original accumulator, before stock's horizontal reduction reads it.
+kernel ran 13% slower unrolled (median), 2% faster rotated only.  After
+the loop the slots are combined into the original accumulator, before
+stock's horizontal reduction reads it.
 Measured on the fused GroupNorm kernel above (1 thread): 1.89 -> 1.60 ms.
 A Welford update is a longer chain (sub, multiply-add, sub, multiply-add
 through the running mean), so LayerNorm rows gain more.

@@ -1,0 +1,302 @@
+"""Outer-loop fusion of nodes whose inner loop orders differ (CPU).
+
+A reduction over a middle dimension and its broadcasting consumer iterate
+the same data in different orders: softmax over dim 1 of (N, C, L) reduces
+in (N, L | C) order and normalizes in (N, C*L) order.  Their memory deps
+never match element by element, so the scheduler finds "no shared data" and
+stock 2.13.0 emits 4 loop nests, each streaming the whole tensor.  Loop
+reordering cannot help without striding the inner loop (its cost guard
+refuses that, see cpp_loop_ordering.py).
+
+Both nodes do share the outer loop over N, and the C++ backend can fuse
+kernels over shared outer loops (OuterLoopFusedSchedulerNode): each outer
+iteration runs the producer's inner nest to completion, then the consumer's.
+That is legal when, for every outer index o, the consumer reads only what
+the producer writes at the same o.  This module checks exactly that on the
+nodes' loop bodies (write and read index expressions), and then lets the
+scheduler fuse the pair:
+
+- the producer writes block o densely: W = base(o) + w(inner), w a
+  bijection onto [0, S);
+- the consumer reads R = base(o) + r(inner) with the same base and
+  0 <= r(inner) < S (bounded with the inner loops' ranges);
+- static sizes only; mutations (WeakDep/StarDep on the shared buffer) are
+  refused; deps on other buffers get stock's intermediate-node check.
+
+Cost guard: the data the consumer reads again in one outer iteration (what
+the producer read or wrote there) must fit in BLOCK_BYTES_IN_CACHE, so the
+later passes read it from L2; and the outer loop must give every thread
+work.
+
+Flag: ``config.cpp.outer_loop_fusion_retile`` (the outer-loop fusion
+feature this extends).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+import sympy
+import torch
+from torch.utils._sympy.value_ranges import bound_sympy, ValueRanges
+
+from . import config
+from .dependencies import MemoryDep
+from .virtualized import V
+
+fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
+
+# Bytes one outer iteration may read and write: half of a 1 MiB L2, so the
+# second and later passes over a block still hit it.
+BLOCK_BYTES_IN_CACHE = 512 * 1024
+
+
+def outer_block_fusion_score(scheduler, node1, node2) -> int:
+    """Bytes shared by a legal outer-block fusion of node2 into node1, else 0."""
+    depth = _outer_depth(scheduler, node1, node2)
+    if depth < 1:
+        return 0
+    shared = _shared_buffers(scheduler, node1, node2, depth)
+    if not shared:
+        return 0
+    if not _fits_in_cache(node1, node2, depth):
+        _log(node1, node2, "rejected: one outer iteration exceeds the cache budget")
+        return 0
+    _log(node1, node2, "fusable over %d shared outer loop(s)", depth)
+    return sum(_buffer_bytes(scheduler, name) for name in shared)
+
+
+def fuses_by_outer_block(scheduler, node1, node2) -> bool:
+    return outer_block_fusion_score(scheduler, node1, node2) > 0
+
+
+def is_outer_block_fusion(node) -> bool:
+    """Whether an outer-loop fused node joins kernels whose deps only agree
+    block by block (fused by this module), not element by element."""
+    outer_nodes = node.get_outer_nodes()
+    return any(
+        _reads_by_block(outer_nodes[:i], consumer)
+        for i, consumer in enumerate(outer_nodes)
+    )
+
+
+def joins_at_shallower_depth(node1, node2) -> bool:
+    """An outer-loop fused node1 may re-nest at the fewer outer loops it
+    shares with node2 when node2 reads it block by block.  Lowering the
+    depth keeps node1's kernels legal: each still finishes an outer
+    iteration's inner loops before the next kernel starts them."""
+    fused = hasattr(node1, "get_outer_nodes")
+    producers = node1.get_outer_nodes() if fused else [node1]
+    return _reads_by_block(producers, node2)
+
+
+def _reads_by_block(producers, consumer) -> bool:
+    """Whether consumer reads a producer's output at another index than
+    the one written (so only a block-wise fusion can join them)."""
+    scheduler = V.graph.scheduler
+    written: dict[str, list[MemoryDep]] = {}
+    for producer in producers:
+        for write in producer.read_writes.writes:
+            if isinstance(write, MemoryDep):
+                written.setdefault(write.name, []).append(write)
+    return any(
+        not scheduler.fusable_read_and_write(read, write)
+        for read in consumer.read_writes.reads
+        if isinstance(read, MemoryDep)
+        for write in written.get(read.name, ())
+    )
+
+
+def _outer_depth(scheduler, node1, node2) -> int:
+    if not config.cpp.outer_loop_fusion_retile:
+        return 0
+    device = node1.get_device()
+    if device is None or device.type != "cpu" or node2.get_device() != device:
+        return 0
+    if not (node1.get_operation_names() & node2.ancestors):
+        return 0  # not a producer/consumer pair
+    backend = scheduler.get_backend(device)
+    if not hasattr(backend, "_get_outer_loop_fusion_depth"):
+        return 0
+    return backend._get_outer_loop_fusion_depth(node1, node2)
+
+
+def _shared_buffers(scheduler, node1, node2, depth: int) -> set[str] | None:
+    """Names node2 reads from node1, if every such read stays in its block."""
+    writes = _body_accesses(node1, depth, reads=False)
+    if writes is None:
+        return None
+    produced = set(writes)
+    if not _unmet_deps_allow_block_fusion(scheduler, node1, node2, produced):
+        return None
+    reads = _body_accesses(node2, depth, reads=True)
+    if reads is None:
+        return None
+    shared = {name for name in reads if name in produced}
+    for name in shared:
+        for read in reads[name]:
+            if not all(_same_block(write, read) for write in writes[name]):
+                _log(node1, node2, "rejected: %s read outside its outer block", name)
+                return None
+    return shared
+
+
+def _unmet_deps_allow_block_fusion(scheduler, node1, node2, produced) -> bool:
+    node1_ops = node1.get_operation_names()
+    for dep in node2.unmet_dependencies:
+        name = scheduler.mutation_renames.get(dep.name, dep.name)
+        if name in produced:
+            if not isinstance(dep, MemoryDep):
+                return False  # a mutation or an opaque read of the block
+            continue
+        if name not in scheduler.name_to_buf:
+            return False
+        op_name = scheduler.name_to_buf[name].defining_op_name()
+        if node1_ops & scheduler.name_to_fused_node[op_name].ancestors:
+            return False  # produced by a node between node1 and node2
+    return True
+
+
+class _Access:
+    """An index expression split into outer-loop and inner-loop parts."""
+
+    def __init__(self, index, var_ranges: dict, depth: int):
+        names = list(var_ranges)
+        self.outer_sizes = [var_ranges[v] for v in names[:depth]]
+        self.inner_ranges = {v: var_ranges[v] for v in names[depth:]}
+        outer = [sympy.Symbol(f"outer{k}", integer=True) for k in range(depth)]
+        index = sympy.expand(index.subs(dict(zip(names[:depth], outer))))
+        self.outer_coeffs = [index.coeff(o) for o in outer]
+        self.inner = sympy.expand(
+            index - sum(c * o for c, o in zip(self.outer_coeffs, outer))
+        )
+        self.linear_in_outer = not (self.inner.free_symbols & set(outer)) and all(
+            c.is_Integer for c in self.outer_coeffs
+        )
+
+
+def _body_accesses(node, depth: int, reads: bool) -> dict[str, list[_Access]] | None:
+    """Per buffer, the loads (or stores) of node's bodies; None if unknown."""
+    accesses: dict[str, list[_Access]] = {}
+    for snode in node.get_nodes():
+        body = getattr(snode, "_body", None)
+        if body is None:
+            return None
+        var_ranges = dict(body.var_ranges)
+        if not all(isinstance(s, (int, sympy.Integer)) for s in var_ranges.values()):
+            return None
+        if len(var_ranges) < depth:
+            return None
+        kinds = ("LOAD",) if reads else ("STORE", "STORE_REDUCTION")
+        for usage_type, entries in body.memory_usage.items():
+            if usage_type.name not in kinds:
+                continue
+            for entry in entries:
+                index = body.indexing_exprs[entry.index_name]
+                accesses.setdefault(entry.buffer_name, []).append(
+                    _Access(index, var_ranges, depth)
+                )
+    return accesses
+
+
+def _same_block(write: _Access, read: _Access) -> bool:
+    if not (write.linear_in_outer and read.linear_in_outer):
+        return False
+    if write.outer_sizes != read.outer_sizes or write.outer_coeffs != read.outer_coeffs:
+        return False
+    block = _dense_block_size(write)
+    if block is None or not _outer_blocks_disjoint(write, block):
+        return False
+    bounds = _bounds(read.inner, read.inner_ranges)
+    return bounds is not None and bounds.lower >= 0 and bounds.upper <= block - 1
+
+
+def _dense_block_size(write: _Access) -> int | None:
+    """S when the write's inner part maps its loops onto [0, S) one to one."""
+    terms = sympy.Add.make_args(write.inner) if write.inner != 0 else ()
+    strides = []
+    for term in terms:
+        coeff, var = term.as_coeff_Mul()
+        if var not in write.inner_ranges or not coeff.is_Integer or coeff <= 0:
+            return None
+        strides.append((int(coeff), int(write.inner_ranges[var])))
+    expected = 1
+    for stride, size in sorted(strides):
+        if stride != expected:
+            return None
+        expected *= size
+    return expected
+
+
+def _outer_blocks_disjoint(write: _Access, block: int) -> bool:
+    span = block
+    for coeff, size in reversed(list(zip(write.outer_coeffs, write.outer_sizes))):
+        if int(coeff) < span:
+            return False
+        span = int(coeff) * int(size)
+    return True
+
+
+def _bounds(expr, ranges) -> ValueRanges | None:
+    try:
+        bounds = bound_sympy(
+            expr, {v: ValueRanges(0, int(n) - 1) for v, n in ranges.items()}
+        )
+    except Exception:  # an index form value ranges cannot bound
+        return None
+    if not (bounds.lower.is_number and bounds.upper.is_number):
+        return None
+    return bounds
+
+
+def _fits_in_cache(node1, node2, depth: int) -> bool:
+    outer = _outer_iterations(node1, depth)
+    if outer is None:
+        return False
+    threads = config.cpp.threads if config.cpp.threads > 0 else torch.get_num_threads()
+    if outer < threads:
+        return False  # the fused outer loop would leave threads idle
+    reused = _buffer_bytes_read_again(node1, node2)
+    return reused // outer <= BLOCK_BYTES_IN_CACHE
+
+
+def _outer_iterations(node, depth: int) -> int | None:
+    body = getattr(node.get_nodes()[0], "_body", None)
+    if body is None:
+        return None
+    sizes = list(body.var_ranges.values())[:depth]
+    return int(functools.reduce(operator.mul, sizes, 1))
+
+
+def _buffer_bytes_read_again(node1, node2) -> int:
+    """Bytes node2 reads that node1 has read or written: the data that must
+    still be in cache when node2's inner loops run."""
+    seen = {
+        dep.name
+        for snode in node1.get_nodes()
+        for dep in (*snode.read_writes.reads, *snode.read_writes.writes)
+    }
+    numels: dict[str, int] = {}
+    for snode in node2.get_nodes():
+        for dep in snode.read_writes.reads:
+            if not isinstance(dep, MemoryDep) or dep.name not in seen:
+                continue
+            numel = dep.get_numel()
+            if not isinstance(numel, (int, sympy.Integer)):
+                return 1 << 62  # symbolic: never fits
+            numels[dep.name] = max(numels.get(dep.name, 0), int(numel))
+    return sum(n * V.graph.get_dtype(name).itemsize for name, n in numels.items())
+
+
+def _buffer_bytes(scheduler, name: str) -> int:
+    buf = scheduler.name_to_buf[name].node
+    numel = buf.get_numel()
+    size = int(numel) if isinstance(numel, (int, sympy.Integer)) else 1
+    return max(size, 1) * buf.get_dtype().itemsize
+
+
+def _log(node1, node2, msg: str, *args) -> None:
+    fusion_log.debug(
+        "outer-block fusion %s -> %s: " + msg, node1.get_name(), node2.get_name(), *args
+    )
