@@ -116,3 +116,23 @@ def test_flag_off_keeps_stock_loops():
         extra_config={"cpp.outer_loop_fusion_retile": False},
     )  # fmt: skip
     assert off.nests == [4]
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x: torch.log_softmax(x, 1), lambda x: x - torch.logsumexp(x, 1, keepdim=True)],
+    ids=["log_softmax_dim1", "logsumexp_subtract_dim1"],
+)
+def test_loop_ordering_after_fusion_lets_the_last_pointwise_join(fn):
+    # The shipped defaults leave the pointwise that combines max and
+    # log(sum) in its own merged (N*L) loop, which shares no outer loop with
+    # the reductions; with loop ordering after fusion the loops stay unmerged
+    # until fusion and the whole program is one outer-block fusion.
+    x = torch.randn(8, 16, 784)
+    stock = compile_and_inspect(fn, (x,), overlay=False)
+    shipped = compile_and_inspect(fn, (x,))
+    with_loop_ordering = compile_and_inspect(
+        fn, (x,), extra_config={"cpp.loop_ordering_after_fusion": True}
+    )
+    assert stock.nests == shipped.nests == [3]
+    assert with_loop_ordering.nests == [1]

@@ -106,6 +106,23 @@ def _workloads():
 
         return block, (x,), 2 * nbytes(x)
 
+    def softmax_channels():  # per-pixel class softmax, NCHW
+        x = torch.randn(32, 16, 56, 56)
+        return (lambda x: torch.softmax(x, 1)), (x,), 2 * nbytes(x)
+
+    def l2norm_channels():  # F.normalize over the channels of NCHW
+        x = torch.randn(32, 32, 56, 56)
+        return (lambda x: F.normalize(x, dim=1)), (x,), 2 * nbytes(x)
+
+    def channel_norm():  # normalize over channels at every pixel, NCHW
+        x = torch.randn(32, 32, 56, 56)
+
+        def norm(x):
+            mean = x.mean(1, keepdim=True)
+            return (x - mean) * torch.rsqrt(x.var(1, keepdim=True) + 1e-5)
+
+        return norm, (x,), 2 * nbytes(x)
+
     def attention_softmax():
         q, k = torch.randn(8, 8, 256, 64), torch.randn(8, 8, 256, 64)
         mask = torch.randn(256, 256)
@@ -126,6 +143,9 @@ def _workloads():
             softmax_dim0,
             rmsnorm,
             layernorm_channels_last,
+            softmax_channels,
+            l2norm_channels,
+            channel_norm,
             attention_softmax,
         )
     ]
