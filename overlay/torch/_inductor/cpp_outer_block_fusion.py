@@ -23,6 +23,14 @@ scheduler fuse the pair:
 - static sizes only; mutations (WeakDep/StarDep on the shared buffer) are
   refused; deps on other buffers get stock's intermediate-node check.
 
+Not done: re-nesting an outer-loop fused node at fewer loops to take in
+such a consumer (LayerNorm over channels computes mean and variance in one
+node fused over (N, L), then normalizes in (N, C*L) order).  It is legal,
+but when the re-nested node then fails to merge in codegen, stock's
+fallback emits every kernel on its own and loses the deeper merge (a fuzzed
+program went from 4 loop nests to 6).  For the same reason an outer-loop
+fusion that merges element by element is never extended block-wise.
+
 Cost guard: the data the consumer reads again in one outer iteration (what
 the producer read or wrote there) must fit in BLOCK_BYTES_IN_CACHE, so the
 later passes read it from L2; and the outer loop must give every thread
@@ -81,14 +89,8 @@ def is_outer_block_fusion(node) -> bool:
     )
 
 
-def joins_at_shallower_depth(node1, node2) -> bool:
-    """An outer-loop fused node1 may re-nest at the fewer outer loops it
-    shares with node2 when node2 reads it block by block.  Lowering the
-    depth keeps node1's kernels legal: each still finishes an outer
-    iteration's inner loops before the next kernel starts them."""
-    fused = hasattr(node1, "get_outer_nodes")
-    producers = node1.get_outer_nodes() if fused else [node1]
-    return _reads_by_block(producers, node2)
+def _is_stock_outer_fusion(node) -> bool:
+    return hasattr(node, "get_outer_nodes") and not is_outer_block_fusion(node)
 
 
 def _reads_by_block(producers, consumer) -> bool:
@@ -110,6 +112,11 @@ def _reads_by_block(producers, consumer) -> bool:
 
 def _outer_depth(scheduler, node1, node2) -> int:
     if not config.cpp.outer_loop_fusion_retile:
+        return 0
+    if any(_is_stock_outer_fusion(node) for node in (node1, node2)):
+        # Extending an outer-loop fusion that merges element by element
+        # risks it: if the extended node fails to merge in codegen, the
+        # fallback emits each of its kernels on its own.
         return 0
     device = node1.get_device()
     if device is None or device.type != "cpu" or node2.get_device() != device:
