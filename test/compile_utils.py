@@ -88,6 +88,17 @@ def compile_and_run(
     return _as_tuple(actual), compiled
 
 
+# The overlay as shipped: every flag at its default, so loop ordering after
+# fusion (off by default, with tests of its own) stays off.
+SHIPPED_DEFAULTS = {"cpp.loop_ordering_after_fusion": False}
+
+
+def compile_shipped_and_inspect(fn, args, *, extra_config=None, **kwargs):
+    """compile_and_inspect with the overlay's default flags (or all off)."""
+    config_ = {**SHIPPED_DEFAULTS, **(extra_config or {})}
+    return compile_and_inspect(fn, args, extra_config=config_, **kwargs)
+
+
 def compile_and_inspect(
     fn: Callable,
     args: Sequence[torch.Tensor],

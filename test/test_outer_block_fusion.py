@@ -13,18 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from compile_utils import compile_and_inspect as _compile_and_inspect
+from compile_utils import compile_shipped_and_inspect as compile_and_inspect
 
 from torch._inductor.cpp_outer_block_fusion import BLOCK_BYTES_IN_CACHE
-
-# The shipped defaults: loop ordering after fusion stays off.
-SHIPPED = {"cpp.loop_ordering_after_fusion": False}
-
-
-def compile_and_inspect(fn, args, *, extra_config=None, **kwargs):
-    return _compile_and_inspect(
-        fn, args, extra_config={**SHIPPED, **(extra_config or {})}, **kwargs
-    )
 
 
 def setup_module():

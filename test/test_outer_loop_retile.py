@@ -12,19 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from compile_utils import compile_and_inspect as _compile_and_inspect
 from compile_utils import compile_and_run
+from compile_utils import compile_shipped_and_inspect as compile_and_inspect
 from compile_utils import SEED_CONFIG
-
-# These tests isolate the re-tiling feature; loop ordering after fusion (the
-# other overlay flag) changes the loops too and has its own tests.
-RETILE_ONLY = {"cpp.loop_ordering_after_fusion": False}
-
-
-def compile_and_inspect(fn, args, *, extra_config=None, **kwargs):
-    return _compile_and_inspect(
-        fn, args, extra_config={**RETILE_ONLY, **(extra_config or {})}, **kwargs
-    )
 
 
 from torch._inductor.codegen.cpp_outer_loop_split import split_for_outer_extent
