@@ -57,8 +57,8 @@ from .virtualized import V
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
 
-# Bytes one outer iteration may read and write: half of a 1 MiB L2, so the
-# second and later passes over a block still hit it.
+# Bytes the consumer may read in one outer iteration: half of a 1 MiB L2, so
+# the block the producer's passes left is still there.
 BLOCK_BYTES_IN_CACHE = 512 * 1024
 
 
@@ -75,10 +75,6 @@ def outer_block_fusion_score(scheduler, node1, node2) -> int:
         return 0
     _log(node1, node2, "fusable over %d shared outer loop(s)", depth)
     return sum(_buffer_bytes(scheduler, name) for name in shared)
-
-
-def fuses_by_outer_block(scheduler, node1, node2) -> bool:
-    return outer_block_fusion_score(scheduler, node1, node2) > 0
 
 
 def is_outer_block_fusion(node) -> bool:
@@ -279,8 +275,7 @@ def _outer_iterations(node, depth: int) -> int | None:
 
 
 def _bytes_read(node) -> int:
-    """Bytes node's kernels read (each buffer once): what one outer
-    iteration's share of must stay in cache between the fused passes."""
+    """Bytes node's kernels read, each buffer counted once."""
     numels: dict[str, int] = {}
     for snode in node.get_nodes():
         for dep in snode.read_writes.reads:
