@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import torch._inductor.cpp_loop_ordering as cpp_loop_ordering
+from torch._inductor import metrics
 from torch._inductor.scheduler import SchedulerNode
 
 from compile_utils import compile_and_inspect, SEED_CONFIG
@@ -134,3 +135,30 @@ def test_reorder_that_keeps_strided_traffic_is_applied():
         transpose_then_center, (torch.randn(32, 48),), extra_config=LOOP_ORDERING_ONLY
     )
     assert on.reordered == 1
+
+
+# GroupNorm's statistics merge batch and group into one loop, its affine step
+# cannot (the weight is indexed by channel alone): merging whole members of
+# their outer-loop fusion fails.  The loops below the fused levels must still
+# merge, or the C++ backend sees the statistics' first inner loop (channels
+# per group) as their whole extent.
+
+
+def test_large_group_statistics_stay_one_parallel_reduction():
+    # Unmerged, the first inner loop (32 channels) looks short enough to fuse
+    # over the 4 outer iterations; merged, it is 32768 elements and stock's
+    # rule keeps it a parallel reduction of its own, as with the flag off.
+    fn, args = torch.nn.GroupNorm(2, 64), (torch.randn(2, 64, 32, 32),)
+    on = compile_and_inspect(fn, args, extra_config=LOOP_ORDERING_ONLY)
+    assert on.outer_fused == 0
+    assert metrics.parallel_reduction_count == 1
+
+
+def test_affine_step_of_small_groups_stays_vectorized():
+    # Unmerged, the affine step's innermost loop is the image width (6), too
+    # short for the 32 lanes of a bfloat16 input: it went scalar.
+    fn = torch.nn.GroupNorm(3, 90)  # float32 parameters, as upstream tests it
+    args = (torch.randn(2, 90, 6, 6, dtype=torch.bfloat16),)
+    on = compile_and_inspect(fn, args)  # both flags
+    assert on.outer_fused == 1
+    assert metrics.generated_cpp_vec_kernel_count == 3

@@ -79,6 +79,9 @@ def merge_loops_consistently(node) -> None:
     snapshot = _LoopStateSnapshot.create(tuple(_members(node)))
     if isinstance(node, OuterLoopFusedSchedulerNode):
         merged = _merge_outer_loop_fused(node)
+        if not merged:
+            snapshot.restore()
+            merged = _merge_below_outer_levels(node)
     else:
         merged = _merge_member(node)
     if not merged:
@@ -134,6 +137,83 @@ def _merge_outer_loop_fused(node) -> bool:
     node.outer_loop_fusion_depth = len(new_prefixes.pop())
     node.group = max(node.snodes, key=lambda n: int(n.is_reduction())).group
     return True
+
+
+def _merge_below_outer_levels(node) -> bool:
+    """Merge every outer member's loops below the fused levels, keep those.
+
+    When merging whole members breaks the shared outer loops (e.g. GroupNorm's
+    statistics merge batch and group into one loop, while the affine step
+    cannot), the members must still not keep every loop unmerged: the C++
+    backend vectorizes and parallelizes the loop after the fused levels, and
+    stock's heuristics (the 300x inner-to-outer rule for outer-loop fusion and
+    for parallel reductions) read that loop's range as the whole inner extent.
+    """
+    depth = node.outer_loop_fusion_depth
+    for member in node.get_outer_nodes():
+        for sn in member.get_nodes():
+            _merge_loops_below(sn, depth)
+            _recompute_group(sn)
+        if isinstance(member, _fused_node_cls()):
+            member.group = max(member.snodes, key=lambda n: int(n.is_reduction())).group
+            if not _groups_agree(member):
+                return False
+    node.group = max(node.snodes, key=lambda n: int(n.is_reduction())).group
+    return True
+
+
+def _fused_node_cls():
+    from .scheduler import FusedSchedulerNode
+
+    return FusedSchedulerNode
+
+
+def _merge_loops_below(snode, depth: int) -> None:
+    """``SchedulerNode.merge_loops`` for the iteration loops from ``depth`` on
+    and all reduction loops; the first ``depth`` iteration loops stay as they are.
+    """
+    from . import dependencies
+    from .codegen.common import index_prevent_reordering
+    from .loop_body import LoopBody
+    from .virtualized import V
+
+    body = snode._body
+    iter_vars, reduce_vars = body.vars
+    iter_sizes, reduce_sizes = body.sizes
+    if len(iter_vars) < depth:
+        return
+    exprs = [*body.indexing_exprs.values()]
+
+    def simplify(variables, sizes):
+        return V.graph.sizevars._simplify_loops(
+            variables, sizes, index_prevent_reordering(exprs, variables, sizes)
+        )[:2]
+
+    inner_sizes, inner_reindex = simplify(iter_vars[depth:], iter_sizes[depth:])
+    new_reduce_sizes, reduce_reindex = simplify(reduce_vars, reduce_sizes)
+    if (
+        list(inner_sizes) == list(iter_sizes[depth:])
+        and list(new_reduce_sizes) == list(reduce_sizes)
+    ):
+        return
+    (new_iter_vars, new_reduce_vars), var_ranges = (
+        dependencies.index_vars_no_squeeze(
+            [*iter_sizes[:depth], *inner_sizes], new_reduce_sizes, prefix="p"
+        )
+    )
+    snode._body = LoopBody(
+        body,
+        [
+            [*new_iter_vars[:depth], *inner_reindex(new_iter_vars[depth:])],
+            reduce_reindex(new_reduce_vars),
+        ],
+        var_ranges,
+        new_iter_vars,
+        new_reduce_vars,
+        allow_same_symbol_in_index=True,
+    )
+    snode._sizes = snode._body.sizes
+    snode.refresh_dependencies(normalize=True, need_clear_tiling_cache=False)
 
 
 def _prefix_with_product(sizes, product):
