@@ -128,10 +128,15 @@ def test_thread_guard_rolls_back_to_stock_loops():
     # so the re-tiled merge is rejected and stock's 4 nests come back.
     ln = layer_norm(1000)
     x = torch.randn(3, 1000)
-    # (the rotating accumulators of 0008 would change the reduction bodies)
+    # (the rotating accumulators of 0008 and the loads moved before the
+    # loop by 0010 would change the loop bodies)
     patched = compile_and_inspect(
         ln, (x,),
-        extra_config={"cpp.threads": 2, "cpp.multi_accumulator_reductions": False},
+        extra_config={
+            "cpp.threads": 2,
+            "cpp.multi_accumulator_reductions": False,
+            "cpp.hoist_invariant_loads": False,
+        },
     )  # fmt: skip
     stock = compile_and_inspect(
         ln, (x,), overlay=False, extra_config={"cpp.threads": 2}

@@ -24,6 +24,7 @@ FLAGS = (
     Flag("outer_loop_fusion_retile", "TORCHINDUCTOR_CPP_OUTER_LOOP_RETILE", True),
     _flag("loop_ordering_after_fusion", False),
     _flag("multi_accumulator_reductions", True),
+    _flag("hoist_invariant_loads", True),
 )
 
 NAMES = tuple(flag.name for flag in FLAGS)
