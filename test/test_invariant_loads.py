@@ -1,4 +1,4 @@
-"""Loop-invariant scalar loads move before the innermost loop (cpp.hoist_invariant_loads).
+"""Invariant scalar loads move before the innermost loop (cpp.hoist_invariant_loads).
 
 A scalar that the innermost loop reads at the same index in every iteration
 (a row's mean or variance under the fused loop over rows) is loaded once

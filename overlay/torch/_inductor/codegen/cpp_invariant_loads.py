@@ -174,6 +174,7 @@ def _memory_of(args, pointer: str) -> str:
         if pointer == inner:
             return inner
         for other in inplaced.other_names:
-            if pointer in (args.input_buffers.get(other), args.output_buffers.get(other)):
+            names = (args.input_buffers.get(other), args.output_buffers.get(other))
+            if pointer in names:
                 return inner
     return pointer
