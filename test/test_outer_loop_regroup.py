@@ -1,0 +1,39 @@
+"""An outer-loop fusion that fails to merge is regrouped, not unfused.
+
+cpp_outer_loop_regroup.py generates such a node without its last member
+(fused, if that merges) and then the last member alone, where stock emits
+every member as a loop nest of its own.  Found by make fuzz with loop
+ordering after fusion on: log_softmax over a reduced dimension.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch._inductor.codegen.cpp_outer_loop_regroup as regroup
+from compile_utils import compile_and_inspect
+
+
+def amin_then_log_softmax(x):
+    v1 = torch.amin(x, dim=(2,), keepdim=True)
+    return torch.log_softmax(v1, dim=1), v1
+
+
+ARGS = (torch.randn(125, 32, 5, 2),)
+
+
+def test_failed_merge_keeps_the_members_that_merge():
+    # All flags, loop ordering after fusion included: the log step joins
+    # the max and sum kernels over (125, 2), and the three fail to merge.
+    stock = compile_and_inspect(amin_then_log_softmax, ARGS, overlay=False)
+    patched = compile_and_inspect(amin_then_log_softmax, ARGS)
+    assert stock.nests == patched.nests == [4]
+    assert patched.outer_fused == 1  # max and sum, over the shared loops
+
+
+def test_without_regrouping_every_member_is_a_nest(monkeypatch):
+    monkeypatch.setattr(
+        regroup, "codegen_without_last_member", lambda scheduling, node: False
+    )
+    patched = compile_and_inspect(amin_then_log_softmax, ARGS)
+    assert patched.nests == [5]
+    assert patched.outer_fused == 0
