@@ -25,6 +25,7 @@ FLAGS = (
     _flag("loop_ordering_after_fusion", False),
     _flag("multi_accumulator_reductions", True),
     _flag("hoist_invariant_loads", True),
+    _flag("streaming_stores", True),
 )
 
 NAMES = tuple(flag.name for flag in FLAGS)

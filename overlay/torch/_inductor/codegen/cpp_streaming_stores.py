@@ -1,0 +1,217 @@
+"""Non-temporal (streaming) stores for outputs that cannot stay in cache.
+
+A normalization over a tensor larger than the last-level cache is bound by
+memory bandwidth once its loops are fused (LayerNorm (8192, 1024): the
+input is read once, the output written once).  A plain vector store first
+reads the output's cache line from memory (write-allocate), so the kernel
+moves three bytes per two it needs.  Eager pays the same; a streaming store
+(``_mm512_stream_ps``) writes the line without reading it.
+
+It only pays when nobody reads the output from cache soon.  We stream the
+full-vector float32 stores of a kernel's output when
+
+- the kernel touches more bytes than the last-level cache holds (inputs and
+  outputs together), so by the time a consumer reads the output from its
+  start, a sequential pass has evicted it anyway;
+- the output is at least MIN_STREAMED_BYTES (small outputs stay cached);
+- the kernel does not read that output back itself (directly or through an
+  in-place alias).
+
+Each streamed store checks its address at run time and falls back to a plain
+store when it is not aligned to the vector width; other vector types store
+as before.  Streaming stores are weakly ordered: the kernel ends with
+``_mm_sfence()``, and the worker threads' stores are ordered by the barrier
+that ends every ``omp for`` / ``omp parallel`` (a locked instruction, which
+drains the write-combining buffers).
+
+Flag: ``config.cpp.streaming_stores`` (TORCHINDUCTOR_CPP_STREAMING_STORES).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from pathlib import Path
+
+import torch
+
+from ..utils import DeferredLineBase, IndentedBuffer
+from ..virtualized import V
+
+# Smaller outputs stay in cache for their consumer whatever the kernel does.
+MIN_STREAMED_BYTES = 1 << 20
+_FALLBACK_LLC_BYTES = 32 << 20
+
+STORE_FUNCTION = "stream_store_f32"
+_DEFINITION = f"""\
+auto {STORE_FUNCTION} = [](float* ptr, const auto& vec) {{
+    using vec_t = std::decay_t<decltype(vec)>;
+#if defined(CPU_CAPABILITY_AVX512)
+    if constexpr (std::is_same_v<vec_t, at::vec::Vectorized<float>>) {{
+        if ((reinterpret_cast<std::uintptr_t>(ptr) & 63) == 0) {{
+            _mm512_stream_ps(ptr, vec);
+            return;
+        }}
+    }}
+#elif defined(CPU_CAPABILITY_AVX2)
+    if constexpr (std::is_same_v<vec_t, at::vec::Vectorized<float>>) {{
+        if ((reinterpret_cast<std::uintptr_t>(ptr) & 31) == 0) {{
+            _mm256_stream_ps(ptr, vec);
+            return;
+        }}
+    }}
+#endif
+    vec.store(ptr);
+}};"""
+_FENCE = "_mm_sfence();"
+# `tmp15.store(out_ptr2 + static_cast<int64_t>(x1 + 1024L*x0));`: a full
+# vector (a tail store passes a count after a top-level comma).
+_VECTOR_STORE = re.compile(
+    r"^(?P<value>tmp\w+)\.store\((?P<ptr>(?:out_ptr|in_out_ptr)\d+) \+ "
+    r"(?P<index>static_cast<int64_t>\([^,;]*\))\);$"
+)
+_ANY_VECTOR_STORE = re.compile(
+    r"^tmp\w+\.store\((?:out_ptr|in_out_ptr)\d+ \+ static_cast<int64_t>\([^;]*\);$"
+)
+
+
+def stream_large_outputs(kernel_group, loops_code: IndentedBuffer) -> IndentedBuffer:
+    """``loops_code`` with streaming stores where they pay, else unchanged."""
+    args = kernel_group.args
+    if _footprint_bytes(args) < last_level_cache_bytes():
+        return loops_code
+    lines = loops_code._lines
+    streamed = _streamable_pointers(args, lines)
+    if not streamed:
+        return loops_code
+    out = IndentedBuffer()
+    out.writeline(_DEFINITION)
+    for line in lines:
+        text = _text(line)
+        match = _VECTOR_STORE.match(text.strip()) if text else None
+        if match and match["ptr"] in streamed:
+            indent = text[: len(text) - len(text.lstrip())]
+            text = (
+                f"{indent}{STORE_FUNCTION}({match['ptr']} + {match['index']}, "
+                f"{match['value']});"
+            )
+            # stores are DeferredLines (dropped if their buffer is removed)
+            line = line._new_line(text) if isinstance(line, DeferredLineBase) else text
+        out._lines.append(line)
+    out.writeline(_FENCE)
+    return out
+
+
+@functools.cache
+def last_level_cache_bytes() -> int:
+    """Size of the largest CPU cache level (sysfs), or 32 MiB if unknown."""
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        if text and text[-1] in units and text[:-1].isdigit():
+            sizes.append(int(text[:-1]) * units[text[-1]])
+        elif text.isdigit():
+            sizes.append(int(text))
+    return max(sizes, default=_FALLBACK_LLC_BYTES)
+
+
+def _streamable_pointers(args, lines) -> set[str]:
+    """Output pointers of large float32 buffers that the kernel only stores."""
+    stored: set[str] = set()
+    other_uses: set[str] = set()
+    for line in lines:
+        text = _text(line)
+        match = _VECTOR_STORE.match(text.strip())
+        if match:
+            stored.add(match["ptr"])
+            other_uses.update(_pointers_in(match["index"]))
+        elif not _ANY_VECTOR_STORE.match(text.strip()):  # a tail store is no read
+            other_uses.update(_pointers_in(text))
+    result = set()
+    for pointer in stored:
+        names = _buffer_names(args, pointer)
+        if not names or _aliases(args, pointer) & other_uses:
+            continue
+        if all(
+            _dtype(name) == torch.float32 and _bytes(name) >= MIN_STREAMED_BYTES
+            for name in names
+        ):
+            result.add(pointer)
+    return result
+
+
+def _text(line) -> str:
+    if isinstance(line, str):
+        return line
+    if isinstance(line, DeferredLineBase):
+        return line.line
+    return ""  # a LineContext
+
+
+def _pointers_in(text: str) -> set[str]:
+    return set(re.findall(r"\b(?:in_ptr|out_ptr|in_out_ptr)\d+\b", text))
+
+
+def _aliases(args, pointer: str) -> set[str]:
+    """The pointer and every name the kernel gives the same memory."""
+    names = {pointer}
+    for inplaced in args.inplace_buffers.values():
+        inner = getattr(inplaced, "inner_name", None)
+        if inner is None:
+            continue
+        group = {inner} | {
+            p
+            for other in inplaced.other_names
+            for p in (args.input_buffers.get(other), args.output_buffers.get(other))
+            if isinstance(p, str)
+        }
+        if pointer in group:
+            names |= group
+    return names
+
+
+def _buffer_names(args, pointer: str) -> list[str]:
+    names = [n for n, p in args.output_buffers.items() if p == pointer]
+    names += [
+        n
+        for n, b in args.inplace_buffers.items()
+        if getattr(b, "inner_name", None) == pointer
+    ]
+    return names
+
+
+def _footprint_bytes(args) -> int:
+    names = {*args.input_buffers, *args.output_buffers, *args.inplace_buffers}
+    return sum(_bytes(name) for name in names)
+
+
+def _node(name: str):
+    if name in V.graph.graph_inputs:
+        return V.graph.graph_inputs[name]
+    try:
+        return V.graph.get_buffer(name)
+    except Exception:  # a removed or unknown buffer: not counted
+        return None
+
+
+def _dtype(name: str):
+    node = _node(name)
+    return node.get_dtype() if node is not None else None
+
+
+def _bytes(name: str) -> int:
+    node = _node(name)
+    if node is None or not hasattr(node, "get_size"):
+        return 0
+    try:
+        numel = math.prod(
+            V.graph.sizevars.optimization_hint(s, fallback=1) for s in node.get_size()
+        )
+        return int(numel) * node.get_dtype().itemsize
+    except Exception:  # sizes without a hint
+        return 0

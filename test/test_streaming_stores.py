@@ -1,0 +1,94 @@
+"""Streaming stores for large outputs that cannot stay in cache (cpp.streaming_stores).
+
+cpp_streaming_stores.py turns the full-vector float32 stores of a kernel's
+output into non-temporal stores when the kernel touches more memory than
+the last-level cache. The tests shrink the cache size the module assumes,
+so small programs exercise it, and check agreement with eager, which
+stores are streamed, and the guards.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._inductor.codegen.cpp_streaming_stores as streaming
+from compile_utils import compile_shipped_and_inspect
+from torch._inductor.codegen.common import KernelArgs
+from torch._inductor.utils import IndentedBuffer
+
+STREAMED = "stream_store_f32(out_ptr"
+
+
+@pytest.fixture
+def cache_of(monkeypatch):
+    def set_size(nbytes: int) -> None:
+        monkeypatch.setattr(streaming, "last_level_cache_bytes", lambda: nbytes)
+
+    return set_size
+
+
+def layernorm(cols: int, dtype=torch.float32):
+    ln = torch.nn.LayerNorm(cols).to(dtype)
+    return ln, (torch.randn(512, cols, dtype=dtype),)
+
+
+def test_output_of_a_kernel_larger_than_the_cache_is_streamed(cache_of):
+    cache_of(1 << 20)  # LayerNorm (512, 1024) reads and writes 4 MiB
+    fn, args = layernorm(1024)
+    on = compile_shipped_and_inspect(fn, args)
+    off = compile_shipped_and_inspect(
+        fn, args, extra_config={"cpp.streaming_stores": False}
+    )
+    assert on.code.count(STREAMED) == 1 and STREAMED not in off.code
+    assert "_mm_sfence();" in on.code
+    assert on.nests == off.nests == [1]
+
+
+def test_kernel_within_the_cache_is_unchanged(cache_of):
+    cache_of(64 << 20)
+    fn, args = layernorm(1024)
+    on = compile_shipped_and_inspect(fn, args)
+    off = compile_shipped_and_inspect(
+        fn, args, extra_config={"cpp.streaming_stores": False}
+    )
+    assert on.kernels == off.kernels
+
+
+def test_tail_stores_and_bfloat16_outputs_store_as_before(cache_of):
+    cache_of(1 << 20)
+    fn, args = layernorm(1000)  # 62 full vectors and a masked tail per row
+    on = compile_shipped_and_inspect(fn, args)
+    assert on.code.count(STREAMED) == 1
+    assert ".store(out_ptr" in on.code  # the tail, with its element count
+    fn, args = layernorm(1024, torch.bfloat16)
+    assert STREAMED not in compile_shipped_and_inspect(fn, args).code
+
+
+def _lines(*texts: str) -> list[str]:
+    buffer = IndentedBuffer()
+    buffer.writelines(texts)
+    return buffer._lines
+
+
+@pytest.fixture
+def large_float_buffers(monkeypatch):
+    monkeypatch.setattr(streaming, "_bytes", lambda name: 64 << 20)
+    monkeypatch.setattr(streaming, "_dtype", lambda name: torch.float32)
+    args = KernelArgs()
+    args.output_buffers["buf0"] = "out_ptr0"
+    return args
+
+
+STORE = "tmp3.store(out_ptr0 + static_cast<int64_t>(x1 + 64L*x0));"
+
+
+def test_output_the_kernel_reads_back_is_not_streamed(large_float_buffers):
+    args = large_float_buffers
+    assert streaming._streamable_pointers(args, _lines(STORE)) == {"out_ptr0"}
+    read_back = "auto tmp5 = at::vec::Vectorized<float>::loadu(out_ptr0 + x0, 16);"
+    assert streaming._streamable_pointers(args, _lines(STORE, read_back)) == set()
+
+
+def test_small_output_is_not_streamed(large_float_buffers, monkeypatch):
+    monkeypatch.setattr(streaming, "_bytes", lambda name: 64 << 10)
+    assert streaming._streamable_pointers(large_float_buffers, _lines(STORE)) == set()
