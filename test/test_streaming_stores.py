@@ -1,10 +1,10 @@
-"""Streaming stores for large outputs that cannot stay in cache (cpp.streaming_stores).
+"""Streaming stores for outputs that cannot stay in cache (cpp.streaming_stores).
 
 cpp_streaming_stores.py turns the full-vector float32 stores of a kernel's
 output into non-temporal stores when the kernel touches more memory than
-the last-level cache. The tests shrink the cache size the module assumes,
-so small programs exercise it, and check agreement with eager, which
-stores are streamed, and the guards.
+the last-level cache and runs on one thread. The tests shrink the cache
+size the module assumes, so small programs exercise it, and check agreement
+with eager, which stores are streamed, and the guards.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from torch._inductor.codegen.common import KernelArgs
 from torch._inductor.utils import IndentedBuffer
 
 STREAMED = "stream_store_f32(out_ptr"
+ONE_THREAD = {"cpp.threads": 1}
+STREAMING_OFF = {**ONE_THREAD, "cpp.streaming_stores": False}
 
 
 @pytest.fixture
@@ -35,10 +37,8 @@ def layernorm(cols: int, dtype=torch.float32):
 def test_output_of_a_kernel_larger_than_the_cache_is_streamed(cache_of):
     cache_of(1 << 20)  # LayerNorm (512, 1024) reads and writes 4 MiB
     fn, args = layernorm(1024)
-    on = compile_shipped_and_inspect(fn, args)
-    off = compile_shipped_and_inspect(
-        fn, args, extra_config={"cpp.streaming_stores": False}
-    )
+    on = compile_shipped_and_inspect(fn, args, extra_config=ONE_THREAD)
+    off = compile_shipped_and_inspect(fn, args, extra_config=STREAMING_OFF)
     assert on.code.count(STREAMED) == 1 and STREAMED not in off.code
     assert "_mm_sfence();" in on.code
     assert on.nests == off.nests == [1]
@@ -47,9 +47,17 @@ def test_output_of_a_kernel_larger_than_the_cache_is_streamed(cache_of):
 def test_kernel_within_the_cache_is_unchanged(cache_of):
     cache_of(64 << 20)
     fn, args = layernorm(1024)
-    on = compile_shipped_and_inspect(fn, args)
+    on = compile_shipped_and_inspect(fn, args, extra_config=ONE_THREAD)
+    off = compile_shipped_and_inspect(fn, args, extra_config=STREAMING_OFF)
+    assert on.kernels == off.kernels
+
+
+def test_kernel_on_two_threads_is_unchanged(cache_of):
+    cache_of(1 << 20)
+    fn, args = layernorm(1024)
+    on = compile_shipped_and_inspect(fn, args, extra_config={"cpp.threads": 2})
     off = compile_shipped_and_inspect(
-        fn, args, extra_config={"cpp.streaming_stores": False}
+        fn, args, extra_config={"cpp.threads": 2, "cpp.streaming_stores": False}
     )
     assert on.kernels == off.kernels
 
@@ -57,11 +65,12 @@ def test_kernel_within_the_cache_is_unchanged(cache_of):
 def test_tail_stores_and_bfloat16_outputs_store_as_before(cache_of):
     cache_of(1 << 20)
     fn, args = layernorm(1000)  # 62 full vectors and a masked tail per row
-    on = compile_shipped_and_inspect(fn, args)
+    on = compile_shipped_and_inspect(fn, args, extra_config=ONE_THREAD)
     assert on.code.count(STREAMED) == 1
     assert ".store(out_ptr" in on.code  # the tail, with its element count
     fn, args = layernorm(1024, torch.bfloat16)
-    assert STREAMED not in compile_shipped_and_inspect(fn, args).code
+    on = compile_shipped_and_inspect(fn, args, extra_config=ONE_THREAD)
+    assert STREAMED not in on.code
 
 
 def _lines(*texts: str) -> list[str]:

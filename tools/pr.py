@@ -88,6 +88,36 @@ TEST_EXPORTS = (
         "test/inductor/test_cpu_loop_ordering.py",
         ("cpp_loop_ordering",),
     ),
+    TestExport(
+        "test/test_reduction_accumulators.py",
+        "test/inductor/test_cpu_reduction_accumulators.py",
+        ("cpp_reduction_accumulators",),
+    ),
+    TestExport(
+        "test/test_outer_block_fusion.py",
+        "test/inductor/test_cpu_outer_block_fusion.py",
+        ("cpp_outer_block_fusion",),
+    ),
+    TestExport(
+        "test/test_invariant_loads.py",
+        "test/inductor/test_cpu_invariant_loads.py",
+        ("cpp_invariant_loads",),
+    ),
+    TestExport(
+        "test/test_block_local_buffers.py",
+        "test/inductor/test_cpu_block_local_buffers.py",
+        ("cpp_block_local_buffers",),
+    ),
+    TestExport(
+        "test/test_outer_loop_regroup.py",
+        "test/inductor/test_cpu_outer_loop_regroup.py",
+        ("cpp_outer_loop_regroup",),
+    ),
+    TestExport(
+        "test/test_streaming_stores.py",
+        "test/inductor/test_cpu_streaming_stores.py",
+        ("cpp_streaming_stores",),
+    ),
 )
 
 
@@ -347,7 +377,7 @@ def make_helper_module(sources: dict[str, str]) -> str:
     text = (
         '"""Compile a program on the CPU backend and count the loop nests of its C++.\n'
         "\n"
-        "Shared by test_cpu_outer_loop_retile.py and test_cpu_loop_ordering.py:\n"
+        "Shared by the fusion overlay's tests (test_cpu_outer_loop_retile.py, ...):\n"
         "does a compiled program agree with eager, how many separate outer loop\n"
         "nests did the C++ backend emit per kernel, and what did the outer-loop\n"
         "fusion counters record.  The loop nests are read from the generated\n"
