@@ -91,6 +91,15 @@ def large_float_buffers(monkeypatch):
 STORE = "tmp3.store(out_ptr0 + static_cast<int64_t>(x1 + 64L*x0));"
 
 
+def test_cache_size_can_be_set(monkeypatch):
+    monkeypatch.setenv(streaming.CACHE_BYTES_ENV, "65536")
+    streaming.last_level_cache_bytes.cache_clear()
+    try:
+        assert streaming.last_level_cache_bytes() == 65536
+    finally:
+        streaming.last_level_cache_bytes.cache_clear()
+
+
 def test_output_the_kernel_reads_back_is_not_streamed(large_float_buffers):
     args = large_float_buffers
     assert streaming._streamable_pointers(args, _lines(STORE)) == {"out_ptr0"}
@@ -98,6 +107,7 @@ def test_output_the_kernel_reads_back_is_not_streamed(large_float_buffers):
     assert streaming._streamable_pointers(args, _lines(STORE, read_back)) == set()
 
 
-def test_small_output_is_not_streamed(large_float_buffers, monkeypatch):
+def test_small_output_is_not_streamed(large_float_buffers, monkeypatch, cache_of):
+    cache_of(32 << 20)  # outputs under 1 MiB stay in cache
     monkeypatch.setattr(streaming, "_bytes", lambda name: 64 << 10)
     assert streaming._streamable_pointers(large_float_buffers, _lines(STORE)) == set()

@@ -13,7 +13,8 @@ full-vector float32 stores of a kernel's output when
 - the kernel touches more bytes than the last-level cache holds (inputs and
   outputs together), so by the time a consumer reads the output from its
   start, a sequential pass has evicted it anyway;
-- the output is at least MIN_STREAMED_BYTES (small outputs stay cached);
+- the output is at least 1/MIN_STREAMED_FRACTION of the cache (1 MiB of
+  32 MiB; small outputs stay cached);
 - the kernel does not read that output back itself (directly or through an
   in-place alias);
 - the kernel runs on one thread.  With two threads, streaming measured
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 from pathlib import Path
 
@@ -41,9 +43,13 @@ from .. import config
 from ..utils import DeferredLineBase, IndentedBuffer, parallel_num_threads
 from ..virtualized import V
 
-# Smaller outputs stay in cache for their consumer whatever the kernel does.
-MIN_STREAMED_BYTES = 1 << 20
+# Outputs smaller than this fraction of the cache (1 MiB of 32 MiB) stay in
+# cache for their consumer whatever the kernel does.
+MIN_STREAMED_FRACTION = 32
 _FALLBACK_LLC_BYTES = 32 << 20
+# Overrides the cache size read from sysfs (to exercise streaming on small
+# programs, as the fuzzer's streaming run does, or where sysfs is wrong).
+CACHE_BYTES_ENV = "TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES"
 
 STORE_FUNCTION = "stream_store_f32"
 _DEFINITION = f"""\
@@ -109,7 +115,11 @@ def stream_large_outputs(kernel_group, loops_code: IndentedBuffer) -> IndentedBu
 
 @functools.cache
 def last_level_cache_bytes() -> int:
-    """Size of the largest CPU cache level (sysfs), or 32 MiB if unknown."""
+    """Size of the largest CPU cache level: $TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES,
+    else sysfs, else 32 MiB."""
+    override = os.environ.get(CACHE_BYTES_ENV, "")
+    if override.isdigit():
+        return int(override)
     sizes = []
     for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
         try:
@@ -137,12 +147,13 @@ def _streamable_pointers(args, lines) -> set[str]:
         elif not _ANY_VECTOR_STORE.match(text.strip()):  # a tail store is no read
             other_uses.update(_pointers_in(text))
     result = set()
+    min_bytes = last_level_cache_bytes() // MIN_STREAMED_FRACTION
     for pointer in stored:
         names = _buffer_names(args, pointer)
         if not names or _aliases(args, pointer) & other_uses:
             continue
         if all(
-            _dtype(name) == torch.float32 and _bytes(name) >= MIN_STREAMED_BYTES
+            _dtype(name) == torch.float32 and _bytes(name) >= min_bytes
             for name in names
         ):
             result.add(pointer)
