@@ -74,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--no-shrink", action="store_true", help="report failures unshrunk (faster)"
     )
+    run.add_argument(
+        "--streaming",
+        action="store_true",
+        help="one thread and a 64 KiB cache size: the small programs use "
+        "streaming stores (0013)",
+    )
 
     sample = sub.add_parser("sample", help="print random programs from the strategy")
     sample.add_argument("-n", type=int, default=3)
@@ -116,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         args.profile, seconds=args.seconds, examples=args.examples, seed=args.seed,
         workers=args.workers, coverage=args.coverage, repro_dir=args.repro_dir,
         out_dir=args.out, focus=args.focus, shrink=not args.no_shrink,
-        max_ops=args.max_ops,
+        max_ops=args.max_ops, streaming=args.streaming,
     )  # fmt: skip
     return 0 if summary.ok else 1
 
