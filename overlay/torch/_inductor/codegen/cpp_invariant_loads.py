@@ -130,7 +130,7 @@ def _rewrite_loads(kernel, inner_var, written, names, preamble) -> None:
         match = _SCALAR_LOAD.match(line)
         if match is None or not _is_invariant(match["index"], inner_var):
             continue
-        if _memory_of(kernel.args, match["ptr"]) in written:
+        if memory_of(kernel.args, match["ptr"]) in written:
             continue
         expr = f"{match['ptr']}[{match['index']}]"
         if expr not in names:
@@ -150,7 +150,7 @@ def _is_invariant(index: str, inner_var: str) -> bool:
 
 
 def _written_memory(kernels) -> set[str]:
-    """The memory (see _memory_of) any buffer of the kernels but their loads
+    """The memory (see memory_of) any buffer of the kernels but their loads
     names through a writable pointer: stores, reduction results, masked
     bodies.  Over-approximated on purpose."""
     written: set[str] = set()
@@ -159,12 +159,12 @@ def _written_memory(kernels) -> set[str]:
             if isinstance(value, IndentedBuffer) and value is not kernel.loads:
                 text = value.getvalue()
                 written.update(
-                    _memory_of(kernel.args, p) for p in _WRITABLE_POINTER.findall(text)
+                    memory_of(kernel.args, p) for p in _WRITABLE_POINTER.findall(text)
                 )
     return written
 
 
-def _memory_of(args, pointer: str) -> str:
+def memory_of(args, pointer: str) -> str:
     """The in-place buffer a pointer aliases (``auto out_ptr0 = in_out_ptr0;``),
     or the pointer itself."""
     for inplaced in args.inplace_buffers.values():

@@ -32,16 +32,17 @@ Flag: ``config.cpp.streaming_stores`` (TORCHINDUCTOR_CPP_STREAMING_STORES).
 from __future__ import annotations
 
 import functools
-import math
 import os
 import re
 from pathlib import Path
 
+import sympy
 import torch
 
 from .. import config
 from ..utils import DeferredLineBase, IndentedBuffer, parallel_num_threads
 from ..virtualized import V
+from .cpp_invariant_loads import memory_of
 
 # Outputs smaller than this fraction of the cache (1 MiB of 32 MiB) stay in
 # cache for their consumer whatever the kernel does.
@@ -148,9 +149,10 @@ def _streamable_pointers(args, lines) -> set[str]:
             other_uses.update(_pointers_in(text))
     result = set()
     min_bytes = last_level_cache_bytes() // MIN_STREAMED_FRACTION
+    used = {memory_of(args, p) for p in other_uses}
     for pointer in stored:
         names = _buffer_names(args, pointer)
-        if not names or _aliases(args, pointer) & other_uses:
+        if not names or memory_of(args, pointer) in used:
             continue
         if all(
             _dtype(name) == torch.float32 and _bytes(name) >= min_bytes
@@ -172,24 +174,6 @@ def _pointers_in(text: str) -> set[str]:
     return set(re.findall(r"\b(?:in_ptr|out_ptr|in_out_ptr)\d+\b", text))
 
 
-def _aliases(args, pointer: str) -> set[str]:
-    """The pointer and every name the kernel gives the same memory."""
-    names = {pointer}
-    for inplaced in args.inplace_buffers.values():
-        inner = getattr(inplaced, "inner_name", None)
-        if inner is None:
-            continue
-        group = {inner} | {
-            p
-            for other in inplaced.other_names
-            for p in (args.input_buffers.get(other), args.output_buffers.get(other))
-            if isinstance(p, str)
-        }
-        if pointer in group:
-            names |= group
-    return names
-
-
 def _buffer_names(args, pointer: str) -> list[str]:
     names = [n for n, p in args.output_buffers.items() if p == pointer]
     names += [
@@ -205,28 +189,17 @@ def _footprint_bytes(args) -> int:
     return sum(_bytes(name) for name in names)
 
 
-def _node(name: str):
-    if name in V.graph.graph_inputs:
-        return V.graph.graph_inputs[name]
+def _dtype(name: str):
     try:
-        return V.graph.get_buffer(name)
-    except Exception:  # a removed or unknown buffer: not counted
+        return V.graph.get_dtype(name)
+    except KeyError:
         return None
 
 
-def _dtype(name: str):
-    node = _node(name)
-    return node.get_dtype() if node is not None else None
-
-
 def _bytes(name: str) -> int:
-    node = _node(name)
-    if node is None or not hasattr(node, "get_size"):
-        return 0
     try:
-        numel = math.prod(
-            V.graph.sizevars.optimization_hint(s, fallback=1) for s in node.get_size()
-        )
-        return int(numel) * node.get_dtype().itemsize
-    except Exception:  # sizes without a hint
+        numel, dtype = V.graph.get_numel(name), V.graph.get_dtype(name)
+    except KeyError:  # not a buffer of this graph: not counted
         return 0
+    hint = V.graph.sizevars.optimization_hint(sympy.sympify(numel), fallback=1)
+    return int(hint) * dtype.itemsize
