@@ -2,7 +2,7 @@
 
 cpp_streaming_stores.py turns the full-vector float32 stores of a kernel's
 output into non-temporal stores when the kernel touches more memory than
-the last-level cache and runs on one thread. The tests shrink the cache
+the last-level cache; every thread fences its own. The tests shrink the cache
 size the module assumes, so small programs exercise it, and check agreement
 with eager, which stores are streamed, and the guards.
 """
@@ -52,14 +52,32 @@ def test_kernel_within_the_cache_is_unchanged(cache_of):
     assert on.kernels == off.kernels
 
 
-def test_kernel_on_two_threads_is_unchanged(cache_of):
+def test_each_thread_fences_its_streaming_stores(cache_of):
     cache_of(1 << 20)
     fn, args = layernorm(1024)
     on = compile_shipped_and_inspect(fn, args, extra_config={"cpp.threads": 2})
-    off = compile_shipped_and_inspect(
-        fn, args, extra_config={"cpp.threads": 2, "cpp.streaming_stores": False}
-    )
-    assert on.kernels == off.kernels
+    assert on.code.count(STREAMED) == 1 and on.nests == [1]
+    # one fence at the end of the parallel region, before its closing
+    # barrier, run by every thread; one after it
+    region = on.code[on.code.index("#pragma omp parallel") :]
+    region = region[: region.index("\n    }\n")]
+    assert region.count("_mm_sfence();") == 1
+    assert region.rstrip().endswith("_mm_sfence();")
+    assert on.code.count("_mm_sfence();") == 2
+
+
+def test_parallel_region_without_braces_is_not_streamed():
+    loop = _lines("#pragma omp parallel for", "for(int64_t x0=0; x0<8; ++x0)", "{", "}")
+    assert streaming._fence_parallel_regions(loop) is None
+    region = _lines("#pragma omp parallel", "{", "int tid = 0;", "}")
+    fenced = streaming._fence_parallel_regions(region)
+    assert [streaming.line_text(line) for line in fenced] == [
+        "#pragma omp parallel",
+        "{",
+        "int tid = 0;",
+        "    _mm_sfence();",
+        "}",
+    ]
 
 
 def test_tail_stores_and_bfloat16_outputs_store_as_before(cache_of):

@@ -26,6 +26,7 @@ FLAGS = (
     _flag("multi_accumulator_reductions", True),
     _flag("hoist_invariant_loads", True),
     _flag("streaming_stores", True),
+    _flag("outer_loop_prefetch", True),
 )
 
 NAMES = tuple(flag.name for flag in FLAGS)

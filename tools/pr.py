@@ -118,6 +118,11 @@ TEST_EXPORTS = (
         "test/inductor/test_cpu_streaming_stores.py",
         ("cpp_streaming_stores",),
     ),
+    TestExport(
+        "test/test_outer_loop_prefetch.py",
+        "test/inductor/test_cpu_outer_loop_prefetch.py",
+        ("cpp_outer_loop_prefetch",),
+    ),
 )
 
 

@@ -39,8 +39,7 @@ from pathlib import Path
 import sympy
 import torch
 
-from .. import config
-from ..utils import DeferredLineBase, IndentedBuffer, parallel_num_threads
+from ..utils import DeferredLineBase, IndentedBuffer
 from ..virtualized import V
 from .cpp_invariant_loads import memory_of
 
@@ -88,9 +87,7 @@ _ANY_VECTOR_STORE = re.compile(
 def stream_large_outputs(kernel_group, loops_code: IndentedBuffer) -> IndentedBuffer:
     """``loops_code`` with streaming stores where they pay, else unchanged."""
     args = kernel_group.args
-    if parallel_num_threads() != 1 or config.cpp.dynamic_threads:
-        return loops_code
-    if _footprint_bytes(args) < last_level_cache_bytes():
+    if footprint_bytes(args) < last_level_cache_bytes():
         return loops_code
     lines = loops_code._lines
     streamed = _streamable_pointers(args, lines)
@@ -99,7 +96,7 @@ def stream_large_outputs(kernel_group, loops_code: IndentedBuffer) -> IndentedBu
     out = IndentedBuffer()
     out.writeline(_DEFINITION)
     for line in lines:
-        text = _text(line)
+        text = line_text(line)
         match = _VECTOR_STORE.match(text.strip()) if text else None
         if match and match["ptr"] in streamed:
             indent = text[: len(text) - len(text.lstrip())]
@@ -110,8 +107,35 @@ def stream_large_outputs(kernel_group, loops_code: IndentedBuffer) -> IndentedBu
             # stores are DeferredLines (dropped if their buffer is removed)
             line = line._new_line(text) if isinstance(line, DeferredLineBase) else text
         out._lines.append(line)
+    fenced = _fence_parallel_regions(out._lines)
+    if fenced is None:
+        return loops_code
+    out._lines = fenced
     out.writeline(_FENCE)
     return out
+
+
+def _fence_parallel_regions(lines: list) -> list | None:
+    """``lines`` with a fence at the end of every ``#pragma omp parallel`` block.
+
+    Each thread must fence its own streaming stores before the region's
+    closing barrier: the fence after the loops only covers the calling
+    thread.  None if a region is not a braced block.
+    """
+    result = []
+    closing: list[str] = []  # the closing-brace lines of the open regions
+    for index, line in enumerate(lines):
+        text = line_text(line)
+        if closing and text == closing[-1]:
+            result.append(text.replace("}", "    " + _FENCE))
+            closing.pop()
+        result.append(line)
+        if text.strip().startswith("#pragma omp parallel"):
+            opening = line_text(lines[index + 1]) if index + 1 < len(lines) else ""
+            if opening.strip() != "{":
+                return None
+            closing.append(opening.replace("{", "}"))
+    return None if closing else result
 
 
 @functools.cache
@@ -140,7 +164,7 @@ def _streamable_pointers(args, lines) -> set[str]:
     stored: set[str] = set()
     other_uses: set[str] = set()
     for line in lines:
-        text = _text(line)
+        text = line_text(line)
         match = _VECTOR_STORE.match(text.strip())
         if match:
             stored.add(match["ptr"])
@@ -162,7 +186,7 @@ def _streamable_pointers(args, lines) -> set[str]:
     return result
 
 
-def _text(line) -> str:
+def line_text(line) -> str:
     if isinstance(line, str):
         return line
     if isinstance(line, DeferredLineBase):
@@ -184,7 +208,7 @@ def _buffer_names(args, pointer: str) -> list[str]:
     return names
 
 
-def _footprint_bytes(args) -> int:
+def footprint_bytes(args) -> int:
     names = {*args.input_buffers, *args.output_buffers, *args.inplace_buffers}
     return sum(_bytes(name) for name in names)
 

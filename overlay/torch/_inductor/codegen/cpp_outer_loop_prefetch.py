@@ -1,0 +1,144 @@
+"""Prefetch the next rows during the last pass of an outer-loop fused kernel.
+
+An outer-loop fused normalization reads each row (a LayerNorm row, a
+GroupNorm group) several times per outer iteration: its first pass from
+memory, the later passes from cache.  Only the first pass waits for memory,
+and the hardware prefetcher, which stops at every 4 KiB page, does not run
+ahead of it: LayerNorm over (8192, 1024) has one page per row.  Meanwhile the
+last pass works from cache and leaves the memory bus idle for reads.
+
+In the last pass we therefore prefetch, for every vector load of a row that
+the first pass reads too, the same offset LOOKAHEAD_BYTES ahead, rounded up to
+whole outer iterations (LayerNorm: 4 rows of 4 KiB; GroupNorm(32, 256) on
+56x56 images: 1 group of 98 KiB).  The next iterations' first passes then
+read from cache.  Measured on the generated kernels (2 cores, AVX512),
+kernel time over eager's: LayerNorm (8192, 1024) 0.81 -> 0.65 on two
+threads, unchanged on one; GroupNorm 0.88 -> 0.79 on two threads, 0.71 ->
+0.64 on one.  A prefetch of one LayerNorm row ahead was slower on one thread
+(0.72 -> 0.92): it arrives too late and takes the fill buffers the output
+stores need.
+
+Guards: the kernel touches more bytes than the last-level cache holds (else
+the rows come from cache anyway; the size is the one streaming stores use),
+the load is a full float vector whose index is affine in the fused loop
+variable with a static stride, and the first pass loads the same pointer.
+A prefetch never faults, so the rows past the end of a thread's share or of
+the tensor cost a wasted line, not a crash.
+
+Flag: ``config.cpp.outer_loop_prefetch`` (TORCHINDUCTOR_CPP_OUTER_LOOP_PREFETCH).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from typing import Callable
+
+import sympy
+
+from ..utils import IndentedBuffer
+from . import cpp_streaming_stores as streaming
+from .cpp_streaming_stores import footprint_bytes, line_text
+
+log = logging.getLogger("torch._inductor.fusion")
+
+# How far ahead to prefetch, rounded up to whole outer iterations.
+LOOKAHEAD_BYTES = 16 << 10
+PREFETCH_FUNCTION = "prefetch_ahead"
+_DEFINITION = f"""\
+auto {PREFETCH_FUNCTION} = [](const void* ptr, std::ptrdiff_t bytes) {{
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(
+        reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(ptr) + bytes), 0, 3);
+#endif
+}};"""
+# `auto tmp0 = at::vec::Vectorized<float>::loadu(in_ptr0 + static_cast<int64_t>(x1 + 1024L*x0), static_cast<int64_t>(16));`
+_VECTOR_LOAD = re.compile(
+    r"^auto tmp\w+ = at::vec::Vectorized<float>::loadu\("
+    r"(?P<ptr>in_ptr\d+) \+ (?P<index>static_cast<int64_t>\((?P<expr>[^,;]*)\))"
+    r"(?:, static_cast<int64_t>\(\d+L?\))?\);$"
+)
+# `1024L*x0`, `x1`, `7L`: the terms of an affine index.
+_TERM = re.compile(r"^(?:(?P<coeff>\d+)L\*)?(?P<var>x\d+)$|^(?P<const>\d+)L?$")
+
+
+def gen_passes_with_prefetch(
+    code: IndentedBuffer, outer_nest, kernel, gen_loop_nest: Callable
+) -> None:
+    """Generate the passes of an outer-loop fused kernel, prefetching in the last."""
+    starts = []
+    for inner_nest in kernel.inner:
+        starts.append(len(code._lines))
+        gen_loop_nest(inner_nest)
+    if len(starts) < 2 or not outer_nest.loops:
+        return
+    if footprint_bytes(kernel.args) < streaming.last_level_cache_bytes():
+        return
+    outer = outer_nest.loops[-1]
+    if not isinstance(outer.steps, (int, sympy.Integer)):
+        return  # a symbolic step (dynamic shapes)
+    step = int(outer.steps)
+    first_pass = code._lines[starts[0] : starts[1]]
+    first_pass_pointers = {
+        m["ptr"] for m in map(_vector_load, first_pass) if m is not None
+    }
+    last_pass = code._lines[starts[-1] :]
+    rewritten = _with_prefetches(
+        last_pass, str(outer.var), step, first_pass_pointers
+    )
+    if rewritten is None:
+        return
+    code._lines[starts[-1] :] = rewritten
+    # the helper is defined where the outer iteration's code starts
+    indent = _indent(line_text(code._lines[starts[0]]))
+    definition = [indent + line for line in _DEFINITION.splitlines()]
+    code._lines[starts[0] : starts[0]] = definition
+
+
+def _with_prefetches(lines, outer_var: str, step: int, pointers: set[str]):
+    """``lines`` with a prefetch after each eligible load, or None if there is none."""
+    result = []
+    prefetched = 0
+    for line in lines:
+        result.append(line)
+        match = _vector_load(line)
+        if match is None or match["ptr"] not in pointers:
+            continue
+        stride = _coefficient(match["expr"], outer_var)
+        if not stride:
+            continue
+        row_bytes = stride * step * 4  # float32
+        ahead = math.ceil(LOOKAHEAD_BYTES / row_bytes) * row_bytes
+        text = line_text(line)
+        result.append(
+            f"{_indent(text)}{PREFETCH_FUNCTION}({match['ptr']} + {match['index']}, "
+            f"{ahead});"
+        )
+        prefetched += 1
+    if not prefetched:
+        return None
+    log.debug("outer-loop prefetch: %d loads of the last pass", prefetched)
+    return result
+
+
+def _vector_load(line) -> re.Match | None:
+    text = line_text(line)
+    return _VECTOR_LOAD.match(text.strip()) if text else None
+
+
+def _coefficient(expr: str, var: str) -> int:
+    """The static coefficient of ``var`` in an affine C index, else 0."""
+    coefficient = 0
+    for term in expr.split(" + "):
+        match = _TERM.match(term.strip())
+        if match is None:
+            return 0
+        if match["var"] == var:
+            coefficient += int(match["coeff"] or 1)
+    return coefficient
+
+
+def _indent(text: str) -> str:
+    return text[: len(text) - len(text.lstrip())]
+

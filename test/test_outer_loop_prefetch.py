@@ -1,0 +1,95 @@
+"""Prefetching the next rows in the last pass (cpp.outer_loop_prefetch).
+
+In an outer-loop fused kernel that reads a row in several passes, the last
+pass prefetches the rows the next outer iterations' first pass will read.
+The tests shrink the cache size the kernel must exceed (the one streaming
+stores use), and check agreement with eager, where the prefetches go, how
+far ahead they reach, and the guards.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch._inductor.codegen.cpp_streaming_stores as streaming
+from compile_utils import compile_shipped_and_inspect
+from torch._inductor.codegen.cpp_outer_loop_prefetch import _coefficient
+
+PREFETCH_OFF = {"cpp.outer_loop_prefetch": False}
+PREFETCH = re.compile(r"prefetch_ahead\((in_ptr\d+) \+ static_cast<int64_t>\((.*)\), (\d+)\);")
+
+
+@pytest.fixture
+def cache_of(monkeypatch):
+    def set_size(nbytes: int) -> None:
+        monkeypatch.setattr(streaming, "last_level_cache_bytes", lambda: nbytes)
+
+    return set_size
+
+
+def _passes(code: str) -> list[str]:
+    """The kernel's code cut at each inner loop over x1 (the passes of a row)."""
+    return re.split(r"for\(int64_t x1=", code)[1:]
+
+
+def test_layernorm_prefetches_four_rows_ahead_in_its_last_pass(cache_of):
+    cache_of(1 << 20)  # LayerNorm (512, 1024) reads and writes 4 MiB
+    fn, args = torch.nn.LayerNorm(1024), (torch.randn(512, 1024),)
+    on = compile_shipped_and_inspect(fn, args)
+    off = compile_shipped_and_inspect(fn, args, extra_config=PREFETCH_OFF)
+    assert on.nests == off.nests == [1]
+    passes = _passes(on.code)
+    assert len(passes) == 3  # sum, squared deviations, normalization
+    assert [len(PREFETCH.findall(p)) for p in passes] == [0, 0, 1]
+    # the x's own load, 16 KiB ahead: four rows of 4 KiB
+    assert PREFETCH.findall(on.code) == [("in_ptr0", "x1 + 1024L*x0", "16384")]
+    assert "prefetch_ahead" not in off.code
+
+
+def test_groupnorm_prefetches_the_next_group(cache_of):
+    cache_of(64 << 10)
+    fn = torch.nn.GroupNorm(4, 32)
+    args = (torch.randn(2, 32, 32, 32),)  # groups of 8 x 32 x 32: 32 KiB
+    on = compile_shipped_and_inspect(fn, args)
+    assert on.nests == [1]
+    ((pointer, index, ahead),) = PREFETCH.findall(on.code)
+    assert "8192L*x0" in index and ahead == str(8192 * 4)
+
+
+def test_rows_with_a_tail_and_two_threads(cache_of):
+    cache_of(1 << 20)
+    fn, args = torch.nn.LayerNorm(1000), (torch.randn(512, 1000),)
+    on = compile_shipped_and_inspect(fn, args, extra_config={"cpp.threads": 2})
+    assert on.nests == [1] and "#pragma omp for" in on.code
+    # the full vectors and the masked tail of the last pass
+    assert len(PREFETCH.findall(on.code)) == 2
+
+
+def test_kernel_within_the_cache_is_unchanged(cache_of):
+    cache_of(64 << 20)
+    fn, args = torch.nn.LayerNorm(1024), (torch.randn(512, 1024),)
+    on = compile_shipped_and_inspect(fn, args)
+    off = compile_shipped_and_inspect(fn, args, extra_config=PREFETCH_OFF)
+    assert on.kernels == off.kernels
+
+
+def test_symbolic_row_length_is_not_prefetched(cache_of):
+    cache_of(1024)
+    fn, args = torch.nn.LayerNorm(1024), (torch.randn(64, 1024),)
+    static_rows = compile_shipped_and_inspect(fn, args, dynamic=True)
+    assert len(PREFETCH.findall(static_rows.code)) == 1  # only the batch is symbolic
+    fn = lambda x: x - x.mean(-1, keepdim=True)  # noqa: E731
+    symbolic_rows = compile_shipped_and_inspect(fn, args, dynamic=True)
+    assert symbolic_rows.nests == [1] and "ks1*x0" in symbolic_rows.code
+    assert "prefetch_ahead" not in symbolic_rows.code
+
+
+def test_only_affine_indices_with_a_static_stride():
+    assert _coefficient("x2 + 3136L*x1 + 25088L*x0", "x0") == 25088
+    assert _coefficient("x1 + 1024L*x0", "x1") == 1
+    assert _coefficient("x1 + 7L", "x0") == 0
+    assert _coefficient("x1 + 1024L*ks0*x0", "x0") == 0
+    modular = "x1 + 8L*((static_cast<int64_t>(x0) % static_cast<int64_t>(32L)))"
+    assert _coefficient(modular, "x0") == 0
