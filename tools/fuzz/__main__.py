@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--streaming",
         action="store_true",
-        help="one thread and a 64 KiB cache size: the small programs use "
-        "streaming stores (0013)",
+        help="a 64 KiB cache size: the small programs use streaming stores "
+        "(0013) and prefetches (0014)",
     )
 
     sample = sub.add_parser("sample", help="print random programs from the strategy")
