@@ -18,7 +18,9 @@ from compile_utils import compile_shipped_and_inspect
 from torch._inductor.codegen.cpp_outer_loop_prefetch import _coefficient
 
 PREFETCH_OFF = {"cpp.outer_loop_prefetch": False}
-PREFETCH = re.compile(r"prefetch_ahead\((in_ptr\d+) \+ static_cast<int64_t>\((.*)\), (\d+)\);")
+PREFETCH = re.compile(
+    r"prefetch_ahead\((in_ptr\d+) \+ static_cast<int64_t>\((.*)\), (\d+)\);"
+)
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import sympy
 
@@ -49,11 +49,12 @@ PREFETCH_FUNCTION = "prefetch_ahead"
 _DEFINITION = f"""\
 auto {PREFETCH_FUNCTION} = [](const void* ptr, std::ptrdiff_t bytes) {{
 #if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(
-        reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(ptr) + bytes), 0, 3);
+    auto address = reinterpret_cast<std::uintptr_t>(ptr) + bytes;
+    __builtin_prefetch(reinterpret_cast<const void*>(address), 0, 3);
 #endif
 }};"""
-# `auto tmp0 = at::vec::Vectorized<float>::loadu(in_ptr0 + static_cast<int64_t>(x1 + 1024L*x0), static_cast<int64_t>(16));`
+# `auto tmp0 = at::vec::Vectorized<float>::loadu(in_ptr0 +
+#      static_cast<int64_t>(x1 + 1024L*x0), static_cast<int64_t>(16));`
 _VECTOR_LOAD = re.compile(
     r"^auto tmp\w+ = at::vec::Vectorized<float>::loadu\("
     r"(?P<ptr>in_ptr\d+) \+ (?P<index>static_cast<int64_t>\((?P<expr>[^,;]*)\))"
