@@ -105,6 +105,7 @@ def test_classification(monkeypatch, off_delta, on_delta, status):
 
 class _FakeCompiled:
     nests, total_nests, outer_fused, retiled, reordered, kernels = [1], 1, 0, 0, 0, []
+    code = ""
 
 
 def test_repro_file_rebuilds_the_case(tmp_path):

@@ -314,6 +314,9 @@ def _stats(off, on) -> dict:
             stats["retiled"] = compiled.retiled
             stats["reordered"] = compiled.reordered
             stats["splits"] = splits
+            # 0013's and 0014's calls (their definitions read `name = [](`)
+            stats["streamed"] = compiled.code.count("stream_store_f32(")
+            stats["prefetched"] = compiled.code.count("prefetch_ahead(")
     if not isinstance(off, Exception) and not isinstance(on, Exception):
         stats["code_differs"] = off[1].kernels != on[1].kernels
     return stats

@@ -278,7 +278,7 @@ def aggregate(examples: list[dict]) -> dict:
     for r in checked:
         st = r["stats"]
         for key in ("nests_off", "nests_on", "outer_fused_off", "outer_fused_on",
-                    "retiled", "reordered", "splits",
+                    "retiled", "reordered", "splits", "streamed", "prefetched",
                     "compile_s_off", "compile_s_on"):  # fmt: skip
             s[key] += st.get(key, 0) or 0
             if key in st:
@@ -595,6 +595,8 @@ def format_summary(summary: Summary) -> str:
         on_only("re-tiled merges (programs)", "retiled"),
         on_only("outer-loop splits applied (programs)", "splits"),
         on_only("loop reorders (programs)", "reordered"),
+        on_only("streamed stores (programs)", "streamed"),
+        on_only("prefetched loads (programs)", "prefetched"),
         f"    {'compile time, mean s':<36s}{mean('compile_s_off'):9.2f}   "
         f"{mean('compile_s_on'):9.2f}",
         (
