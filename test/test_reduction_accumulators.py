@@ -134,23 +134,12 @@ def var_mean(x):
     return torch.var_mean(x, -1)
 
 
-def test_welford_slots_keep_the_reciprocal_weight_helper():
+def test_welford_keeps_one_accumulator():
+    # Rotated Welford slots measured slower (var_mean over (512, 2048): 1.29x)
     x = torch.randn(8, 2000)  # var_mean over 2000 lowers to Welford
     compiled = compile_and_inspect(var_mean, (x,))
-    assert rotated_accumulators(compiled.code) == ["tmp_acc0_vec"]
-    assert "WelfordHelper" in compiled.code
-
-
-def test_welford_merge_is_as_accurate_as_stock():
-    x = torch.randn(6, 3000) * 0.01 + 1000  # a large mean: the hard case
-    exact = torch.var_mean(x.double(), -1)
-    stock, _ = compile_and_run(var_mean, (x,), overlay=False)
-    patched, compiled = compile_and_run(var_mean, (x,))
-    assert rotated_accumulators(compiled.code) == ["tmp_acc0_vec"]
-    for s, p, e in zip(stock, patched, exact, strict=True):
-        stock_err = (s.double() - e).abs().max().item()
-        patched_err = (p.double() - e).abs().max().item()
-        assert patched_err <= stock_err * 1.5 + 1e-9
+    assert "welford_combine" in compiled.code
+    assert rotated_accumulators(compiled.code) == []
 
 
 def test_layernorm_statistics_rotate_inside_the_single_nest():

@@ -18,15 +18,17 @@ kernel ran 13% slower unrolled (median), 2% faster rotated only.  After
 the loop the slots are combined into the original accumulator, before
 stock's horizontal reduction reads it.
 Measured on the fused GroupNorm kernel above (1 thread): 1.89 -> 1.60 ms.
-A Welford update is a longer chain still (through the running mean); no
-benchmarked workload lowers to Welford with rows long enough to rotate, so
-that case is tested for correctness only.
+Welford reductions (var/var_mean, LayerNorm's statistics over rows longer
+than 1024) keep one accumulator: rotated, their slots measured slower, not
+faster (1 thread, kernel time with/without: var_mean over (512, 2048) 1.29,
+LayerNorm(2048) 1.24, the seed GroupNorm(2, 16) 1.13).  A Welford slot is
+three vectors and a count, and each update reads a reciprocal weight
+indexed by that count; why the rotation costs more than it hides was not
+established.
 
 Which reductions:
-- sum, max, min and Welford (var/var_mean, the statistics of LayerNorm)
-  over float32/float64, vectorized along a reduction loop (horizontal).
-  Welford slots carry their own counts and merge exactly at the end with
-  the two-Welford welford_combine.  Arg-reductions keep one accumulator.
+- sum, max and min over float32/float64, vectorized along a reduction loop
+  (horizontal).  Arg-reductions keep one accumulator.
 - The number of vector iterations per row is static and at least
   MIN_ITERATIONS_PER_ACCUMULATOR per accumulator: short rows keep stock's
   code, the final combine would cost more than it saves.
@@ -38,9 +40,7 @@ Which reductions:
   CascadeSumHelper, which cascades after CASCADE_CHUNK vector adds per lane.
   Here each accumulator's chain is at most CASCADE_CHUNK long, so the
   cascade helper of a sum is dropped and the sum is at least as accurate as
-  stock's; longer rows keep stock's cascade summation.  Welford keeps its
-  helper (it holds the reciprocal weights), and no slot reaches the chunk
-  at which the helper would cascade.
+  stock's; longer rows keep stock's cascade summation.
 
 Flag: ``config.cpp.multi_accumulator_reductions``
 (TORCHINDUCTOR_CPP_MULTI_ACCUMULATOR_REDUCTIONS).
@@ -62,7 +62,7 @@ MIN_ITERATIONS_PER_ACCUMULATOR = 8
 # Vector adds per lane that CascadeSumHelper sums before it cascades
 # (its kChunkSize as cpp.py instantiates it).
 CASCADE_CHUNK = 4096
-ROTATABLE_REDUCTIONS = ("sum", "max", "min", "welford_reduce")
+ROTATABLE_REDUCTIONS = ("sum", "max", "min")
 ROTATABLE_DTYPES = (torch.float32, torch.float64)
 # Ops whose cost per element dwarfs an add's latency.
 TRANSCENDENTAL = re.compile(
@@ -138,8 +138,6 @@ def _rotation(acc_vec: str, slots: list[str]) -> str:
 
 
 def _combine(kernel, reduction_type: str, acc: str, slots: list[str]) -> str:
-    # For Welford this is welford_combine(acc, slot): with two Welford
-    # arguments C++ picks the exact merge of two partial results.
     combined = acc
     for slot in slots:
         combined = kernel.reduction_combine_vec(reduction_type, combined, slot)
