@@ -51,7 +51,7 @@ def test_loop_of_unknown_trip_count_keeps_its_loads():
     # With a symbolic row length the row may be empty: a load moved before
     # the loop would read what no iteration reads.
     fn = lambda x: x / x.sum(-1, keepdim=True)  # noqa: E731
-    args = (torch.randn(64, 512),)
+    args = (torch.rand(64, 512) + 0.5,)  # row sums far from 0: well conditioned
     static = compile_shipped_and_inspect(fn, args)
     dynamic = compile_shipped_and_inspect(fn, args, dynamic=True)
     assert "invariant" in static.code

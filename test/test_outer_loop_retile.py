@@ -229,10 +229,22 @@ def test_rows_the_fusion_would_refuse_keep_welford():
     assert patched.total_nests <= stock.total_nests
 
 
-def test_short_rows_keep_welford():
-    gn = torch.nn.GroupNorm(3, 90)  # rows of 30 * 6 * 6 = 1080 elements
-    patched = compile_and_inspect(gn, (torch.randn(2, 90, 6, 6),))
+def test_rows_the_fused_loop_refuses_keep_welford():
+    # 3 groups of 30 * 20 * 20 = 12000 elements: more than 300 x the number
+    # of rows, so the outer-loop fusion is refused and two steps would read
+    # the data from memory twice.
+    gn = torch.nn.GroupNorm(3, 90)
+    patched = compile_and_inspect(gn, (torch.randn(1, 90, 20, 20),))
     assert "welford" in patched.code
+
+
+def test_short_rows_take_two_steps():
+    gn = torch.nn.GroupNorm(3, 90)  # 6 groups of 30 * 6 * 6 = 1080 elements
+    x = torch.randn(2, 90, 6, 6)
+    patched = compile_and_inspect(gn, (x,))
+    stock = compile_and_inspect(gn, (x,), overlay=False)
+    assert "welford" in stock.code and "welford" not in patched.code
+    assert patched.nests == [1]
 
 
 def test_no_split_under_a_reduction_over_strided_memory():
