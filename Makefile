@@ -23,7 +23,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv test verify uninstall status demo bench fuzz build pr lint upstream-test clean
+.PHONY: help install stock-venv test verify uninstall status demo bench bench-shapes fuzz build pr lint upstream-test clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -32,6 +32,7 @@ help:
 	@echo "make lint        ruff (tools/ test/ overlay/), mypy (tools/, overlay modules)"
 	@echo "make demo        outer loop nests and timings, overlay flags off vs on"
 	@echo "make bench       benchmarks: eager vs stock vs patched -> bench/results/"
+	@echo "make bench-shapes  the same over normalizations of many shapes"
 	@echo "make fuzz        random programs: eager vs overlay flags off vs on (FUZZ_SECONDS,"
 	@echo "                 FUZZ_EXAMPLES, FUZZ_SEED, FUZZ_PROFILE, FUZZ_WORKERS, FUZZ_COVERAGE=1)"
 	@echo "make verify      check .venv's torch against the pinned upstream hashes"
@@ -93,6 +94,12 @@ BENCH_ARGS ?=
 bench: install
 	$(VENV_PY) -m pip install --quiet matplotlib
 	$(VENV_PY) -m tools.bench $(BENCH_ARGS)
+
+# make bench-shapes: normalizations over many shapes, stock vs patched
+# (default allocator run skipped: the shapes stay under 32 MiB).
+bench-shapes: install
+	$(VENV_PY) -m pip install --quiet matplotlib
+	$(VENV_PY) -m tools.bench --suite shapes --no-default-malloc $(BENCH_ARGS)
 
 # make fuzz: tools/fuzz (README "Fuzzing").  Empty values take the profile's
 # defaults (dev: 300 s; a random seed, printed).  Failures -> test/regressions/.

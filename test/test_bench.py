@@ -48,3 +48,16 @@ def test_input_copies_cover_several_page_offsets():
 
 def test_paired_ratio_is_the_median_of_per_repetition_ratios():
     assert bench.paired_ratio([2.0, 3.0, 10.0], [1.0, 3.0, 5.0]) == 2.0
+
+
+def test_shapes_suite_builds_each_workload_under_a_unique_name():
+    workloads = bench.SUITES["shapes"][1]()
+    names = [w.name for w in workloads]
+    assert len(set(names)) == len(names) == 22
+    for workload in workloads:
+        fn, (x,), min_bytes = workload.make()
+        assert min_bytes == 2 * x.numel() * x.element_size()
+        assert callable(fn)
+    groupnorm = next(w for w in workloads if w.name == "groupnorm8_8x64x64x64")
+    fn, (x,), _ = groupnorm.make()
+    assert fn.num_groups == 8 and x.shape == (8, 64, 64, 64)

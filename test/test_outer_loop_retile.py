@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._inductor import metrics
 from compile_utils import compile_and_run
 from compile_utils import compile_shipped_and_inspect as compile_and_inspect
 from compile_utils import SEED_CONFIG
@@ -219,14 +220,35 @@ def test_groupnorm_rows_of_4k_use_two_step_variance():
 
 
 def test_rows_the_fusion_would_refuse_keep_welford():
-    # 16 rows of 8192: the parallelism guard refuses the fused loop, and
-    # unfused, two steps would read the data twice from memory.
+    # 16 rows of 8192 on 4 threads (4 rows each): the parallelism guard
+    # refuses the fused loop, and unfused, two steps would read the data
+    # twice from memory.
     gn = torch.nn.GroupNorm(8, 64)
     x = torch.randn(2, 64, 32, 32)
-    stock = compile_and_inspect(gn, (x,), overlay=False)
-    patched = compile_and_inspect(gn, (x,))
+    four_threads = {"cpp.threads": 4}
+    stock = compile_and_inspect(gn, (x,), overlay=False, extra_config=four_threads)
+    patched = compile_and_inspect(gn, (x,), extra_config=four_threads)
     assert "welford" in patched.code
     assert patched.total_nests <= stock.total_nests
+
+
+@pytest.mark.parametrize("threads, nests", [(2, [1]), (8, [2])])
+def test_long_rows_fuse_when_every_thread_gets_eight(threads, nests):
+    # 32 rows of 16384: the first inner loop is more than 300x the outer
+    # loop, which stock leaves to parallel inner loops.  With 2 threads each
+    # gets 16 rows (in cache between the passes): fused; with 8, only 4.
+    fn, args = layer_norm(16384), (torch.randn(32, 16384),)
+    patched = compile_and_inspect(fn, args, extra_config={"cpp.threads": threads})
+    assert patched.nests == nests
+
+
+def test_few_large_groups_keep_parallel_inner_loops():
+    # 4 groups of 32768 (upstream's test_group_norm_large_input): too few
+    # rows for 2 threads to share, so stock's parallel reduction stays.
+    fn, args = torch.nn.GroupNorm(2, 64), (torch.randn(2, 64, 32, 32),)
+    patched = compile_and_inspect(fn, args, extra_config={"cpp.threads": 2})
+    assert patched.outer_fused == 0
+    assert metrics.parallel_reduction_count == 1
 
 
 def test_rows_the_fused_loop_refuses_keep_welford():

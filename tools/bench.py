@@ -1,6 +1,7 @@
 """Benchmarks: eager vs compiled stock (overlay flags off) vs compiled patched.
 
     python -m tools.bench [--threads 1,2] [--reps 21] [--only layernorm,...]
+    python -m tools.bench --suite shapes     # normalizations over many shapes
 
 All three variants of a workload run in one process, interleaved repetition
 by repetition, because this machine is shared and noisy.  Each row reports
@@ -16,7 +17,10 @@ suite runs in a child process with GLIBC_TUNABLES that keep freed memory, then
 again in one with the default allocator, whose medians appear beside.
 
 Results go to bench/results/ as markdown, JSON and (when matplotlib is
-installed) a PNG chart.
+installed) a PNG chart: bench.* for the main suite, shapes.* for the shapes
+suite, which runs LayerNorm, softmax, var_mean and GroupNorm over row
+lengths and group sizes the main suite does not cover (short rows, long
+rows, few groups), to catch a shape the overlay makes slower than stock.
 """
 
 from __future__ import annotations
@@ -152,6 +156,45 @@ def _workloads():
         )
     ]
 
+
+
+def _shape_workloads():
+    import torch
+
+    def nbytes(*tensors):
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def make(fn_factory, shape):
+        def build():
+            x = torch.randn(*shape)
+            return fn_factory(shape), (x,), 2 * nbytes(x)
+
+        return build
+
+    def layernorm(shape):
+        return torch.nn.LayerNorm(shape[-1])
+
+    def softmax(shape):
+        return lambda x: torch.softmax(x, -1)
+
+    def var_mean(shape):
+        return lambda x: torch.var_mean(x, -1)
+
+    workloads = []
+    for rows, cols in [(8192, 512), (4096, 768), (2048, 2048), (512, 8192),
+                       (4096, 1000), (64, 30000)]:  # fmt: skip
+        for kind in (layernorm, softmax, var_mean):
+            name = f"{kind.__name__}_{rows}x{cols}"
+            workloads.append(Workload(name, make(kind, (rows, cols))))
+    for groups, n, c, hw in [(32, 16, 128, 28), (16, 32, 512, 14), (8, 8, 64, 64),
+                             (1, 8, 64, 32)]:  # fmt: skip
+        name = f"groupnorm{groups}_{n}x{c}x{hw}x{hw}"
+        factory = lambda shape, g=groups: torch.nn.GroupNorm(g, shape[1])  # noqa: E731
+        workloads.append(Workload(name, make(factory, (n, c, hw, hw))))
+    return workloads
+
+
+SUITES = {"main": ("bench", _workloads), "shapes": ("shapes", _shape_workloads)}
 
 def _fresh(fn):
     """A wrapper with its own code object, hence its own dynamo cache entry.
@@ -411,7 +454,7 @@ def _run_suite(opts) -> dict:
     # probe; pay it here so that compile times compare stock and patched.
     _compile(lambda x: x.sum(0) + 1, (torch.randn(8, 8),), overlay=False)
     rows = []
-    for workload in _workloads():
+    for workload in SUITES[opts.suite][1]():
         if only and workload.name not in only:
             continue
         for t in threads:
@@ -449,6 +492,8 @@ def _run_child(opts, malloc: str, out: Path) -> dict:
         str(opts.reps),
         "--only",
         opts.only,
+        "--suite",
+        opts.suite,
     ]
     subprocess.run(args, env=env, check=True)
     return json.loads(out.read_text())
@@ -469,6 +514,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", default=f"1,{os.cpu_count()}")
     parser.add_argument("--reps", type=int, default=21)
     parser.add_argument("--only", default="")
+    parser.add_argument("--suite", choices=sorted(SUITES), default="main")
     parser.add_argument(
         "--no-default-malloc",
         action="store_true",
@@ -512,14 +558,15 @@ def main(argv=None) -> int:
     table = markdown_table(rows, header)
     print(table)
     opts.out.mkdir(parents=True, exist_ok=True)
-    (opts.out / "bench.md").write_text(table + "\n")
-    (opts.out / "bench.json").write_text(
+    stem = SUITES[opts.suite][0]
+    (opts.out / f"{stem}.md").write_text(table + "\n")
+    (opts.out / f"{stem}.json").write_text(
         json.dumps(
             {"header": header, "copy_gbs": tuned["copy_gbs"], "rows": rows}, indent=2
         )
     )
-    if _chart(rows, opts.out / "bench.png"):
-        print(f"chart: {opts.out / 'bench.png'}")
+    if _chart(rows, opts.out / f"{stem}.png"):
+        print(f"chart: {opts.out / f'{stem}.png'}")
     return 0
 
 

@@ -38,7 +38,9 @@ def two_step_variance_threshold(
     Rows from stock's threshold up to ROW_FITS_IN_CACHE elements switch,
     but only where the outer-loop fusion will be accepted: its parallelism
     guard refuses rows more than INNER_TO_OUTER times longer than the number
-    of rows, and unfused the two steps would read the data from memory twice.
+    of rows unless every thread gets several rows
+    (``OuterLoopRetile.rows_feed_every_thread``), and unfused the two steps
+    would read the data from memory twice.
     Short rows pay too: LayerNorm over (2048, 2048) took 0.87 of stock's
     time with Welford and 0.36 in two steps, GroupNorm(32, 128) over
     (16, 128, 28, 28) (groups of 3136) 0.94 and 0.52 (1 thread); until
@@ -48,7 +50,9 @@ def two_step_variance_threshold(
 
     numel = _static_int(reduction_numel)
     rows = _static_int(outer_numel)
-    fusable = rows * OuterLoopRetile.INNER_TO_OUTER >= numel
+    fusable = rows * OuterLoopRetile.INNER_TO_OUTER >= numel or (
+        OuterLoopRetile.rows_feed_every_thread(rows, numel)
+    )
     if numel <= ROW_FITS_IN_CACHE and fusable:
         return max(stock_threshold, numel)
     return stock_threshold
