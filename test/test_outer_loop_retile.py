@@ -260,11 +260,16 @@ def test_rows_the_fused_loop_refuses_keep_welford():
     assert "welford" in patched.code
 
 
-def test_short_rows_take_two_steps():
+def test_short_rows_keep_welford():
     gn = torch.nn.GroupNorm(3, 90)  # 6 groups of 30 * 6 * 6 = 1080 elements
-    x = torch.randn(2, 90, 6, 6)
-    patched = compile_and_inspect(gn, (x,))
-    stock = compile_and_inspect(gn, (x,), overlay=False)
+    patched = compile_and_inspect(gn, (torch.randn(2, 90, 6, 6),))
+    assert "welford" in patched.code and patched.nests == [1]
+
+
+def test_rows_of_2048_take_two_steps():
+    fn, args = layer_norm(2048), (torch.randn(64, 2048),)
+    stock = compile_and_inspect(fn, args, overlay=False)
+    patched = compile_and_inspect(fn, args)
     assert "welford" in stock.code and "welford" not in patched.code
     assert patched.nests == [1]
 

@@ -21,6 +21,9 @@ import sympy
 # Rows up to this many elements (128 KiB of float32) stay in L2 between the
 # passes of an outer-loop fused normalization.
 ROW_FITS_IN_CACHE = 32768
+# Shorter rows keep stock's Welford lowering (and its kernel structure,
+# which upstream's test_group_norm_vec pins for groups of 1080 elements).
+ROW_WORTH_TWO_STEPS = 2048
 
 
 def two_step_variance_threshold(
@@ -35,7 +38,7 @@ def two_step_variance_threshold(
     1.27 ms in two steps (1 thread).  Two-step (mean first, then squared
     deviations) is as stable as Welford.
 
-    Rows from stock's threshold up to ROW_FITS_IN_CACHE elements switch,
+    Rows of ROW_WORTH_TWO_STEPS to ROW_FITS_IN_CACHE elements switch,
     but only where the outer-loop fusion will be accepted: its parallelism
     guard refuses rows more than INNER_TO_OUTER times longer than the number
     of rows unless every thread gets several rows
@@ -44,7 +47,8 @@ def two_step_variance_threshold(
     Short rows pay too: LayerNorm over (2048, 2048) took 0.87 of stock's
     time with Welford and 0.36 in two steps, GroupNorm(32, 128) over
     (16, 128, 28, 28) (groups of 3136) 0.94 and 0.52 (1 thread); until
-    2026-11-30 rows under 4096 kept Welford.
+    2026-11-30 rows under 4096 kept Welford.  Rows of 1025 to 2047 were not
+    measured; they keep Welford.
     """
     from .codegen.cpp_outer_loop_retile import OuterLoopRetile
 
@@ -53,7 +57,7 @@ def two_step_variance_threshold(
     fusable = rows * OuterLoopRetile.INNER_TO_OUTER >= numel or (
         OuterLoopRetile.rows_feed_every_thread(rows, numel)
     )
-    if numel <= ROW_FITS_IN_CACHE and fusable:
+    if ROW_WORTH_TWO_STEPS <= numel <= ROW_FITS_IN_CACHE and fusable:
         return max(stock_threshold, numel)
     return stock_threshold
 
