@@ -19,7 +19,7 @@ from torch._inductor.codegen.cpp_outer_loop_prefetch import _coefficient
 
 PREFETCH_OFF = {"cpp.outer_loop_prefetch": False}
 PREFETCH = re.compile(
-    r"prefetch_ahead\((in_ptr\d+) \+ static_cast<int64_t>\((.*)\), (\d+)\);"
+    r"prefetch_ahead\(((?:in_ptr|in_out_ptr)\d+) \+ static_cast<int64_t>\((.*)\), (\d+)\);"
 )
 
 
@@ -95,3 +95,31 @@ def test_only_affine_indices_with_a_static_stride():
     assert _coefficient("x1 + 1024L*ks0*x0", "x0") == 0
     modular = "x1 + 8L*((static_cast<int64_t>(x0) % static_cast<int64_t>(32L)))"
     assert _coefficient(modular, "x0") == 0
+
+
+def test_inputs_that_stay_in_cache_are_not_prefetched(cache_of):
+    cache_of(1 << 20)  # inputs under 1/32 of it (32 KiB) stay cached
+    mask = torch.randn(64, 64)  # 16 KiB, read by every row's passes
+
+    def masked_softmax(x):
+        return torch.softmax(x + mask, -1)
+
+    on = compile_shipped_and_inspect(masked_softmax, (torch.randn(64, 64, 64),))
+    assert "loadu(in_ptr1 + static_cast<int64_t>(x2 + 64L*x1)" in on.code  # mask
+    # x (1 MiB) is prefetched 64 rows of 256 bytes ahead, the mask is not
+    assert PREFETCH.findall(on.code) == [("in_ptr0", "x2 + 64L*x1 + 4096L*x0", "16384")]
+
+
+def test_a_buffer_updated_in_place_is_prefetched(cache_of):
+    # The matmul's output is in_ptr0 in the max pass and in_out_ptr0 in the
+    # exp pass, which stores into it: one memory, two pointer names.
+    cache_of(1 << 20)
+    q, k = torch.randn(2, 8, 256, 64), torch.randn(2, 8, 256, 64)
+    mask = torch.randn(256, 256)
+
+    def attention(q, k):
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.125 + mask, -1)
+
+    on = compile_shipped_and_inspect(attention, (q, k))
+    prefetched = PREFETCH.findall(on.code)
+    assert ("in_out_ptr0", "x2 + 256L*x1 + 65536L*x0", "16384") in prefetched

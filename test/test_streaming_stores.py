@@ -99,7 +99,7 @@ def _lines(*texts: str) -> list[str]:
 
 @pytest.fixture
 def large_float_buffers(monkeypatch):
-    monkeypatch.setattr(streaming, "_bytes", lambda name: 64 << 20)
+    monkeypatch.setattr(streaming, "buffer_bytes", lambda name: 64 << 20)
     monkeypatch.setattr(streaming, "_dtype", lambda name: torch.float32)
     args = KernelArgs()
     args.output_buffers["buf0"] = "out_ptr0"
@@ -127,5 +127,5 @@ def test_output_the_kernel_reads_back_is_not_streamed(large_float_buffers):
 
 def test_small_output_is_not_streamed(large_float_buffers, monkeypatch, cache_of):
     cache_of(32 << 20)  # outputs under 1 MiB stay in cache
-    monkeypatch.setattr(streaming, "_bytes", lambda name: 64 << 10)
+    monkeypatch.setattr(streaming, "buffer_bytes", lambda name: 64 << 10)
     assert streaming._streamable_pointers(large_float_buffers, _lines(STORE)) == set()

@@ -39,6 +39,7 @@ import sympy
 
 from ..utils import IndentedBuffer
 from . import cpp_streaming_stores as streaming
+from .cpp_invariant_loads import memory_of
 from .cpp_streaming_stores import footprint_bytes, line_text
 
 log = logging.getLogger("torch._inductor.fusion")
@@ -57,7 +58,8 @@ auto {PREFETCH_FUNCTION} = [](const void* ptr, std::ptrdiff_t bytes) {{
 #      static_cast<int64_t>(x1 + 1024L*x0), static_cast<int64_t>(16));`
 _VECTOR_LOAD = re.compile(
     r"^auto tmp\w+ = at::vec::Vectorized<float>::loadu\("
-    r"(?P<ptr>in_ptr\d+) \+ (?P<index>static_cast<int64_t>\((?P<expr>[^,;]*)\))"
+    r"(?P<ptr>(?:in_ptr|in_out_ptr)\d+) \+ "
+    r"(?P<index>static_cast<int64_t>\((?P<expr>[^,;]*)\))"
     r"(?:, static_cast<int64_t>\(\d+L?\))?\);$"
 )
 # `1024L*x0`, `x1`, `7L`: the terms of an affine index.
@@ -81,12 +83,19 @@ def gen_passes_with_prefetch(
         return  # a symbolic step (dynamic shapes)
     step = int(outer.steps)
     first_pass = code._lines[starts[0] : starts[1]]
-    first_pass_pointers = {
-        m["ptr"] for m in map(_vector_load, first_pass) if m is not None
+    # memories, not pointers: an in-place buffer is in_ptr0 in the first
+    # pass and in_out_ptr0 in the last (attention's softmax)
+    first_pass_memories = {
+        memory_of(kernel.args, m["ptr"])
+        for m in map(_vector_load, first_pass)
+        if m is not None and _too_large_to_stay_cached(kernel.args, m["ptr"])
     }
     last_pass = code._lines[starts[-1] :]
     rewritten = _with_prefetches(
-        last_pass, str(outer.var), step, first_pass_pointers
+        last_pass,
+        str(outer.var),
+        step,
+        lambda pointer: memory_of(kernel.args, pointer) in first_pass_memories,
     )
     if rewritten is None:
         return
@@ -97,14 +106,16 @@ def gen_passes_with_prefetch(
     code._lines[starts[0] : starts[0]] = definition
 
 
-def _with_prefetches(lines, outer_var: str, step: int, pointers: set[str]):
+def _with_prefetches(
+    lines, outer_var: str, step: int, wanted: Callable[[str], bool]
+):
     """``lines`` with a prefetch after each eligible load, or None if there is none."""
     result = []
     prefetched = 0
     for line in lines:
         result.append(line)
         match = _vector_load(line)
-        if match is None or match["ptr"] not in pointers:
+        if match is None or not wanted(match["ptr"]):
             continue
         stride = _coefficient(match["expr"], outer_var)
         if not stride:
@@ -121,6 +132,20 @@ def _with_prefetches(lines, outer_var: str, step: int, pointers: set[str]):
         return None
     log.debug("outer-loop prefetch: %d loads of the last pass", prefetched)
     return result
+
+
+def _too_large_to_stay_cached(args, pointer: str) -> bool:
+    """Whether the buffer behind ``pointer`` is one a pass evicts: at least
+    the share of the cache below which streaming stores leave outputs alone
+    (an attention mask of 256 KiB stays in cache and gains nothing)."""
+    names = [n for n, p in args.input_buffers.items() if p == pointer]
+    names += [
+        n
+        for n, b in args.inplace_buffers.items()
+        if getattr(b, "inner_name", None) == pointer
+    ]
+    minimum = streaming.last_level_cache_bytes() // streaming.MIN_STREAMED_FRACTION
+    return any(streaming.buffer_bytes(name) >= minimum for name in names)
 
 
 def _vector_load(line) -> re.Match | None:

@@ -181,7 +181,7 @@ def _streamable_pointers(args, lines) -> set[str]:
         if not names or memory_of(args, pointer) in used:
             continue
         if all(
-            _dtype(name) == torch.float32 and _bytes(name) >= min_bytes
+            _dtype(name) == torch.float32 and buffer_bytes(name) >= min_bytes
             for name in names
         ):
             result.add(pointer)
@@ -212,7 +212,7 @@ def _buffer_names(args, pointer: str) -> list[str]:
 
 def footprint_bytes(args) -> int:
     names = {*args.input_buffers, *args.output_buffers, *args.inplace_buffers}
-    return sum(_bytes(name) for name in names)
+    return sum(buffer_bytes(name) for name in names)
 
 
 def _dtype(name: str):
@@ -222,7 +222,7 @@ def _dtype(name: str):
         return None
 
 
-def _bytes(name: str) -> int:
+def buffer_bytes(name: str) -> int:
     try:
         numel, dtype = V.graph.get_numel(name), V.graph.get_dtype(name)
     except KeyError:  # not a buffer of this graph: not counted
