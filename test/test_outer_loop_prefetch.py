@@ -19,7 +19,8 @@ from torch._inductor.codegen.cpp_outer_loop_prefetch import _coefficient
 
 PREFETCH_OFF = {"cpp.outer_loop_prefetch": False}
 PREFETCH = re.compile(
-    r"prefetch_ahead\(((?:in_ptr|in_out_ptr)\d+) \+ static_cast<int64_t>\((.*)\), (\d+)\);"
+    r"prefetch_ahead\(((?:in_ptr|in_out_ptr)\d+) \+ "
+    r"static_cast<int64_t>\((.*)\), (\d+)\);"
 )
 
 
