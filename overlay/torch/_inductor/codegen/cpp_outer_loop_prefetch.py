@@ -21,7 +21,10 @@ stores need.
 Guards: the kernel touches more bytes than the last-level cache holds (else
 the rows come from cache anyway; the size is the one streaming stores use),
 the load is a full float vector whose index is affine in the fused loop
-variable with a static stride, and the first pass loads the same pointer.
+variable with a static stride, the first pass loads the same memory (an
+in-place buffer is in_ptr0 there and in_out_ptr0 in the last pass), and
+that buffer is at least 1/32 of the cache: a 256 KiB attention mask stays
+cached and gains nothing.
 A prefetch never faults, so the rows past the end of a thread's share or of
 the tensor cost a wasted line, not a crash.
 
