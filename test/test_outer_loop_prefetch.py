@@ -124,3 +124,15 @@ def test_a_buffer_updated_in_place_is_prefetched(cache_of):
     on = compile_shipped_and_inspect(attention, (q, k))
     prefetched = PREFETCH.findall(on.code)
     assert ("in_out_ptr0", "x2 + 256L*x1 + 65536L*x0", "16384") in prefetched
+
+
+def test_a_row_the_last_pass_does_not_read_is_prefetched_in_its_loop(cache_of):
+    # softmax's last pass reads its local buffer of exp values, not x; the
+    # loop it shares with the max pass (same header) prefetches x's rows.
+    cache_of(1 << 20)
+    fn, args = (lambda x: torch.softmax(x, -1)), (torch.randn(256, 2048),)
+    on = compile_shipped_and_inspect(fn, args)
+    assert on.nests == [1] and "local_buffer_data_0" in on.code
+    last_pass = _passes(on.code)[-1]
+    assert PREFETCH.findall(last_pass) == [("in_ptr0", "x1 + 2048L*x0", "16384")]
+    assert "loadu(in_ptr0" not in last_pass

@@ -84,22 +84,15 @@ def gen_passes_with_prefetch(
     outer = outer_nest.loops[-1]
     if not isinstance(outer.steps, (int, sympy.Integer)):
         return  # a symbolic step (dynamic shapes)
-    step = int(outer.steps)
+    rows = _Rows(kernel.args, str(outer.var), int(outer.steps))
     first_pass = code._lines[starts[0] : starts[1]]
-    # memories, not pointers: an in-place buffer is in_ptr0 in the first
-    # pass and in_out_ptr0 in the last (attention's softmax)
-    first_pass_memories = {
-        memory_of(kernel.args, m["ptr"])
-        for m in map(_vector_load, first_pass)
-        if m is not None and _too_large_to_stay_cached(kernel.args, m["ptr"])
-    }
+    loads = [
+        (m, header)
+        for m, header in _loads_with_headers(first_pass)
+        if rows.worth_prefetching(m)
+    ]
     last_pass = code._lines[starts[-1] :]
-    rewritten = _with_prefetches(
-        last_pass,
-        str(outer.var),
-        step,
-        lambda pointer: memory_of(kernel.args, pointer) in first_pass_memories,
-    )
+    rewritten = _with_prefetches(last_pass, rows, loads)
     if rewritten is None:
         return
     code._lines[starts[-1] :] = rewritten
@@ -109,32 +102,100 @@ def gen_passes_with_prefetch(
     code._lines[starts[0] : starts[0]] = definition
 
 
-def _with_prefetches(
-    lines, outer_var: str, step: int, wanted: Callable[[str], bool]
-):
-    """``lines`` with a prefetch after each eligible load, or None if there is none."""
-    result = []
-    prefetched = 0
+class _Rows:
+    """The fused loop's rows, as the first pass reads them."""
+
+    def __init__(self, args, outer_var: str, step: int):
+        self.args, self.outer_var, self.step = args, outer_var, step
+
+    def memory(self, pointer: str) -> str:
+        # memories, not pointers: an in-place buffer is in_ptr0 in the first
+        # pass and in_out_ptr0 in the last (attention's softmax)
+        return memory_of(self.args, pointer)
+
+    def worth_prefetching(self, load: re.Match) -> bool:
+        return bool(self.ahead(load)) and _too_large_to_stay_cached(
+            self.args, load["ptr"]
+        )
+
+    def ahead(self, load: re.Match) -> int:
+        """Bytes to the same offset LOOKAHEAD_BYTES ahead in whole rows, or 0."""
+        stride = _coefficient(load["expr"], self.outer_var)
+        if not stride:
+            return 0
+        row_bytes = stride * self.step * 4  # float32
+        return math.ceil(LOOKAHEAD_BYTES / row_bytes) * row_bytes
+
+
+def _with_prefetches(lines, rows: _Rows, first_pass_loads) -> list | None:
+    """The last pass with prefetches of the first pass's rows, or None.
+
+    A load of the same memory in the last pass gets a prefetch right after
+    it.  A row the last pass does not read (softmax's last pass reads its
+    local buffer of exp values) is prefetched in the last pass's loop that
+    has the same header as the first pass's loop around the load, so the
+    load's index means the same there.
+    """
+    memories = {rows.memory(m["ptr"]) for m, _ in first_pass_loads}
+    result: list = []
+    covered = set()
     for line in lines:
         result.append(line)
         match = _vector_load(line)
-        if match is None or not wanted(match["ptr"]):
+        if match is None or rows.memory(match["ptr"]) not in memories:
             continue
-        stride = _coefficient(match["expr"], outer_var)
-        if not stride:
+        if not rows.ahead(match):
             continue
-        row_bytes = stride * step * 4  # float32
-        ahead = math.ceil(LOOKAHEAD_BYTES / row_bytes) * row_bytes
-        text = line_text(line)
-        result.append(
-            f"{_indent(text)}{PREFETCH_FUNCTION}({match['ptr']} + {match['index']}, "
-            f"{ahead});"
-        )
-        prefetched += 1
-    if not prefetched:
+        result.append(_prefetch(line_text(line), match, rows.ahead(match)))
+        covered.add(rows.memory(match["ptr"]))
+    for load, header in first_pass_loads:
+        if rows.memory(load["ptr"]) in covered or header is None:
+            continue
+        if _insert_in_loop(result, header, load, rows):
+            covered.add(rows.memory(load["ptr"]))
+    if not covered:
         return None
-    log.debug("outer-loop prefetch: %d loads of the last pass", prefetched)
+    log.debug("outer-loop prefetch: %d rows of the last pass", len(covered))
     return result
+
+
+def _loads_with_headers(lines):
+    """Each full vector load with the innermost loop header above it."""
+    header = None
+    for line in lines:
+        text = line_text(line).strip()
+        if text.startswith("for("):
+            header = text
+        match = _VECTOR_LOAD.match(text)
+        if match is not None:
+            yield match, header
+
+
+def _insert_in_loop(lines: list, header: str, load: re.Match, rows: _Rows) -> bool:
+    """Prefetch ``load``'s row before the first statement of the loop of
+    ``lines`` whose header is ``header``; False if there is no such loop or
+    the index uses a variable other than the loop's and the outer one."""
+    loop_var = re.match(r"for\(int64_t (x\d+)=", header)
+    used = set(re.findall(r"\bx\d+\b", load["expr"]))
+    if loop_var is None or not used <= {loop_var[1], rows.outer_var}:
+        return False
+    texts = [line_text(line).strip() for line in lines]
+    if header not in texts:
+        return False
+    start = texts.index(header)
+    for index in range(start + 1, len(lines)):
+        if texts[index].startswith("for("):
+            return False  # a nested loop first: not the same iteration space
+        if texts[index].startswith("auto "):
+            text = line_text(lines[index])
+            lines.insert(index, _prefetch(text, load, rows.ahead(load)))
+            return True
+    return False
+
+
+def _prefetch(line: str, load: re.Match, ahead: int) -> str:
+    call = f"{PREFETCH_FUNCTION}({load['ptr']} + {load['index']}, {ahead});"
+    return _indent(line) + call
 
 
 def _too_large_to_stay_cached(args, pointer: str) -> bool:
