@@ -17,9 +17,9 @@ of 4 KiB; GroupNorm(32, 256) on 56x56 images, 1 group of 98 KiB.  The next
 iterations' first passes then read from cache.  Measured on the generated
 kernels (2 cores, AVX512), kernel time over eager's: LayerNorm
 (8192, 1024) 0.81 -> 0.65 on two threads, unchanged on one; GroupNorm
-0.88 -> 0.79 on two threads, 0.71 -> 0.64 on one.  A prefetch of one LayerNorm row ahead was slower on one thread
-(0.72 -> 0.92): it arrives too late and takes the fill buffers the output
-stores need.
+0.88 -> 0.79 on two threads, 0.71 -> 0.64 on one.  A prefetch of one
+LayerNorm row ahead was slower on one thread (0.72 -> 0.92): it arrives
+too late and takes the fill buffers the output stores need.
 
 Guards: the kernel touches more bytes than the last-level cache holds (else
 the rows come from cache anyway; the size is the one streaming stores use),
