@@ -62,12 +62,13 @@ class Workload:
     make: Callable  # () -> (fn, args, min_bytes)
 
 
+def nbytes(*tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def _workloads():
     import torch
     import torch.nn.functional as F
-
-    def nbytes(*tensors):
-        return sum(t.numel() * t.element_size() for t in tensors)
 
     def layernorm():
         m, x = torch.nn.LayerNorm(1024), torch.randn(8192, 1024)
@@ -160,9 +161,6 @@ def _workloads():
 
 def _shape_workloads():
     import torch
-
-    def nbytes(*tensors):
-        return sum(t.numel() * t.element_size() for t in tensors)
 
     def make(fn_factory, shape):
         def build():

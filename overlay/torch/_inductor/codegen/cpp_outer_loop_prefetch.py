@@ -154,9 +154,10 @@ def _with_prefetches(lines, rows: _Rows, first_pass_loads) -> list | None:
         match = _vector_load(line)
         if match is None or rows.memory(match["ptr"]) not in memories:
             continue
-        if not rows.ahead(match):
+        ahead = rows.ahead(match)
+        if not ahead:
             continue
-        result.append(_prefetch(line_text(line), match, rows.ahead(match)))
+        result.append(_prefetch(line_text(line), match, ahead))
         covered.add(rows.memory(match["ptr"]))
     for load, header in first_pass_loads:
         if rows.memory(load["ptr"]) in covered or header is None:
@@ -216,13 +217,8 @@ def _too_large_to_stay_cached(args, pointer: str) -> bool:
     """Whether the buffer behind ``pointer`` is one a pass evicts: at least
     the share of the cache below which streaming stores leave outputs alone
     (an attention mask of 256 KiB stays in cache and gains nothing)."""
-    names = [n for n, p in args.input_buffers.items() if p == pointer]
-    names += [
-        n
-        for n, b in args.inplace_buffers.items()
-        if getattr(b, "inner_name", None) == pointer
-    ]
     minimum = streaming.last_level_cache_bytes() // streaming.MIN_STREAMED_FRACTION
+    names = streaming.buffer_names(args, pointer)
     return any(streaming.buffer_bytes(name) >= minimum for name in names)
 
 

@@ -231,10 +231,10 @@ class OuterLoopRetile:
             # Chosen for its per-block cache reuse, which parallel inner
             # loops would give up (cpp_outer_block_fusion.py).
             return balanced
-        if max(_iterations(p) for p in proxies) <= self.SMALL_KERNEL_ITERATIONS:
+        iterations = max(_iterations(p) for p in proxies)
+        if iterations <= self.SMALL_KERNEL_ITERATIONS:
             return balanced
-        row = max(_iterations(p) for p in proxies) // max(outer, 1)
-        return self.rows_feed_every_thread(outer, row)
+        return self.rows_feed_every_thread(outer, iterations // max(outer, 1))
 
     @classmethod
     def rows_feed_every_thread(cls, rows: int, row_numel: int) -> bool:

@@ -177,7 +177,7 @@ def _streamable_pointers(args, lines) -> set[str]:
     min_bytes = last_level_cache_bytes() // MIN_STREAMED_FRACTION
     used = {memory_of(args, p) for p in other_uses}
     for pointer in stored:
-        names = _buffer_names(args, pointer)
+        names = buffer_names(args, pointer)
         if not names or memory_of(args, pointer) in used:
             continue
         if all(
@@ -200,8 +200,10 @@ def _pointers_in(text: str) -> set[str]:
     return set(re.findall(r"\b(?:in_ptr|out_ptr|in_out_ptr)\d+\b", text))
 
 
-def _buffer_names(args, pointer: str) -> list[str]:
-    names = [n for n, p in args.output_buffers.items() if p == pointer]
+def buffer_names(args, pointer: str) -> list[str]:
+    """The graph buffers a kernel argument pointer stands for."""
+    names = [n for n, p in args.input_buffers.items() if p == pointer]
+    names += [n for n, p in args.output_buffers.items() if p == pointer]
     names += [
         n
         for n, b in args.inplace_buffers.items()
