@@ -19,6 +19,7 @@ import torch.nn.functional as F
 import torch._inductor.cpp_loop_ordering as cpp_loop_ordering
 from torch._inductor import metrics
 from torch._inductor.scheduler import SchedulerNode
+from torch._inductor.test_operators import realize
 
 from compile_utils import compile_and_inspect, SEED_CONFIG
 
@@ -116,13 +117,28 @@ def test_dynamic_shapes():
 
 def test_reorder_that_strides_the_inner_loop_is_rolled_back():
     # Fusing softmax over dim 0 would need the output loop to run down the
-    # columns: a strided store for every element.  The cost guard refuses.
+    # columns: a strided store for every element of a 2 MiB output, more
+    # than a core's cache holds.  The cost guard refuses.
     fn = lambda x: torch.softmax(x, 0)  # noqa: E731
-    args = (torch.randn(64, 96),)
+    args = (torch.randn(512, 1024),)
     on = compile_and_inspect(fn, args, extra_config=LOOP_ORDERING_ONLY)
     off = compile_and_inspect(fn, args, overlay=False)
     assert on.reordered == 0
     assert on.kernels == off.kernels
+
+
+def test_reorder_that_strides_a_cached_buffer_is_applied():
+    # The same strided walk over a buffer that stays in cache moves no extra
+    # memory: upstream's test_pw_outer_red, x + 1 then a sum over the two
+    # outer dims, becomes one loop vectorized along the kept dim.
+    def pw_outer_red(x):
+        return realize(x + 1).sum(dim=[0, 1])
+
+    args = (torch.randn(2, 4, 512),)
+    on = compile_and_inspect(pw_outer_red, args, extra_config=LOOP_ORDERING_ONLY)
+    off = compile_and_inspect(pw_outer_red, args, overlay=False)
+    assert on.reordered == 1
+    assert (on.total_nests, off.total_nests) == (1, 2)
 
 
 def test_reorder_that_keeps_strided_traffic_is_applied():

@@ -26,6 +26,12 @@ ROW_FITS_IN_CACHE = 32768
 ROW_WORTH_TWO_STEPS = 2048
 
 
+# A buffer up to this size stays in a core's L2 cache while a loop walks it
+# with a stride, so a loop reorder that strides the innermost loop over it
+# (cpp_loop_ordering.reorder_is_worthwhile) moves no extra memory.
+STRIDED_ACCESS_STAYS_CACHED = 256 * 1024
+
+
 def two_step_variance_threshold(
     stock_threshold: int, reduction_numel, outer_numel
 ) -> int:

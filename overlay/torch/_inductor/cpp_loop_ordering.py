@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from . import config
+from .cpp_fusion_costs import STRIDED_ACCESS_STAYS_CACHED
 
 
 loop_ordering_log = torch._logging.getArtifactLogger(__name__, "loop_ordering")
@@ -316,7 +317,9 @@ def strided_inner_bytes(node) -> int:
     """Bytes of the node's accesses that are strided along its innermost loop.
 
     The C++ backend vectorizes the innermost loop; an access whose stride
-    there is neither 0 nor 1 becomes a gather or scatter.
+    there is neither 0 nor 1 becomes a gather or scatter, or walks rows
+    across pages.  Accesses to a buffer small enough to stay in cache
+    (``STRIDED_ACCESS_STAYS_CACHED``) move no extra memory and are not counted.
     """
     from .dependencies import MemoryDep
     from .virtualized import V
@@ -327,8 +330,9 @@ def strided_inner_bytes(node) -> int:
             continue
         inner = dep.var_names[-1]
         stride = V.graph.sizevars.stride_hints(dep.index, [inner])[0]
-        if stride not in (0, 1):
-            total += node.scheduler.dep_size_hint(dep)
+        size = node.scheduler.dep_size_hint(dep)
+        if stride not in (0, 1) and size > STRIDED_ACCESS_STAYS_CACHED:
+            total += size
     return total
 
 
@@ -365,3 +369,103 @@ def reorder_is_worthwhile(node, new_order) -> bool:
         )
         return False
     return True
+
+
+# --------------------------------------------------------------------------
+# C++ fusion rules for loops left open until fusion
+
+
+def reduction_first_compatible(node1, node2) -> bool:
+    """Whether a reduction and a later pointwise node share their loops.
+
+    The C++ backend fuses a pointwise node over ``(iteration + reduction)``
+    sizes with a reduction over ``(iteration | reduction)`` sizes when the
+    pointwise node comes first; its kernel generates either order.  With loop
+    orders decided after fusion, a reorder often makes the pointwise side match
+    only after the reduction was scheduled (``x.sum(-1), x.t().contiguous()``).
+    """
+    if not enabled_for_nodes(node1, node2):
+        return False
+    _, (vars1, reduce1) = node1.group
+    _, (vars2, reduce2) = node2.group
+    return bool(reduce1) and reduce2 == () and tuple(vars2) == tuple(vars1) + tuple(
+        reduce1
+    )
+
+
+def merge_loops_to_fuse(node1, node2) -> bool:
+    """Merge the loops of two CPU nodes when that lets the C++ backend fuse them.
+
+    Stock merges CPU loops while lowering, so two nodes over the same memory
+    with different views, ``(10, 10)`` and ``(100,)``, both arrive as
+    ``(100,)`` and fuse.  With loop orders decided after fusion the loops stay
+    unmerged, and the C++ backend, which compares ordered loop sizes, refused
+    pairs that stock fuses.  Here both nodes are merged as stock would have,
+    if the merged groups fuse by the C++ backend's group rules; the caller,
+    ``Scheduler.can_fuse``, rolls the merge back when the fusion is rejected.
+    """
+    if not enabled_for_nodes(node1, node2):
+        return False
+    merged = [_merged_group(node) for node in (node1, node2)]
+    if None in merged or merged == [node1.group[1], node2.group[1]]:
+        return False
+    if not _groups_fuse(*merged):
+        return False
+    for node in (node1, node2):
+        _merge_for_fusion(node)
+    loop_ordering_log.debug(
+        "merged the loops of %s and %s to fuse them: %s",
+        node1.get_name(),
+        node2.get_name(),
+        merged,
+    )
+    return True
+
+
+def _groups_fuse(group1, group2) -> bool:
+    """``CppScheduling._why_fuse_nodes``'s group rules, in either order."""
+    (vars1, reduce1), (vars2, reduce2) = group1, group2
+    return (
+        group1 == group2
+        or (not reduce1 and vars1 == vars2 + reduce2)
+        or (not reduce2 and vars2 == vars1 + reduce1)
+    )
+
+
+def _mergeable_members(node):
+    from .scheduler import FusedSchedulerNode, SchedulerNode
+
+    if not isinstance(node, (SchedulerNode, FusedSchedulerNode)):
+        return None
+    snodes = node.get_nodes()
+    if not all(isinstance(sn, SchedulerNode) for sn in snodes) or any(
+        sn.is_template() or sn._body is None for sn in snodes
+    ):
+        return None
+    return snodes
+
+
+def _merged_group(node):
+    """The group ``node`` would have with merged loops; None if not mergeable."""
+    snodes = _mergeable_members(node)
+    if snodes is None:
+        return None
+    device = snodes[0].node.get_device_or_error()
+    group_fn = snodes[0].scheduler.get_backend(device).group_fn
+    groups = [group_fn(sn._body.merge_loops().sizes) for sn in snodes]
+    group = max(groups, key=lambda g: int(bool(g[1])))
+    iteration, reduction = group
+    accepted = {group, (tuple(iteration) + tuple(reduction), ()), (iteration, ())}
+    return group if all(g in accepted for g in groups) else None
+
+
+def _merge_for_fusion(node) -> None:
+    from .scheduler import FusedSchedulerNode, refresh_group_node_dependencies
+
+    for sn in _mergeable_members(node):
+        sn._before_loop_state_mutation()
+        sn.merge_loops()
+        _recompute_group(sn)
+    if isinstance(node, FusedSchedulerNode):
+        node.group = max(node.snodes, key=lambda n: int(n.is_reduction())).group
+        refresh_group_node_dependencies(node)
