@@ -37,6 +37,20 @@ def enabled_for_nodes(*nodes) -> bool:
     return all(node.is_cpu() for node in nodes) and enabled_for_device("cpu")
 
 
+def reindexing_enabled_for_nodes(*nodes) -> bool:
+    """Whether CPU pointwise nodes may be reindexed onto a reduction's loops.
+
+    Upstream reindexes (``config.loop_reindexing_after_fusion``) with or
+    without loop ordering after fusion; on CPU both hang on our flag.
+    """
+    return (
+        all(node.is_cpu() for node in nodes)
+        and config.loop_reindexing_after_fusion
+        and config.cpp.loop_ordering_after_fusion
+        and config.cpu_backend == "cpp"
+    )
+
+
 def _recompute_group(snode) -> None:
     device = snode.node.get_device_or_error()
     group_fn = snode.scheduler.get_backend(device).group_fn
@@ -279,6 +293,12 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
     if not _share_a_dependency(scheduler, node1, node2):
         snapshot.restore()
         return False
+    if not enabled_for_device("cpu"):
+        # Loops stay as they are from here on: canonical dependency names,
+        # as stock's merged nodes have them.
+        _normalize_deps(pointwise)
+        if isinstance(pointwise, FusedSchedulerNode):
+            refresh_group_node_dependencies(pointwise)
     loop_ordering_log.debug(
         "reindexed %s onto the loops %s of %s",
         pointwise.get_name(),
@@ -373,6 +393,26 @@ def reorder_is_worthwhile(node, new_order) -> bool:
 
 # --------------------------------------------------------------------------
 # C++ fusion rules for loops left open until fusion
+
+
+# Reorder rounds after the first, as Scheduler.fuse_nodes allows plain rounds.
+MAX_REORDER_ROUNDS = 10
+
+
+def more_reorder_rounds(scheduler, nodes):
+    """Repeat the reorder round while it still fuses nodes.
+
+    Upstream runs one: a chain that needs two reorders (a pointwise node
+    reindexed onto a reduction, then the reduction's consumer) stopped after
+    its first fusion.  On GPU one round is kept; on CPU the rounds go on like
+    the plain fusion rounds before them.
+    """
+    for _ in range(MAX_REORDER_ROUNDS - 1):
+        count = len(nodes)
+        nodes = scheduler.fuse_nodes_once(nodes, is_reorder_round=True)
+        if len(nodes) in (count, 1):
+            break
+    return nodes
 
 
 def reduction_first_compatible(node1, node2) -> bool:
