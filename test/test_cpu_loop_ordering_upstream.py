@@ -1,0 +1,125 @@
+"""CPU variants of upstream's loop-ordering-after-fusion acceptance tests.
+
+Upstream's ``test/inductor/test_loop_ordering.py`` (``LoopOrderingTest``)
+counts ``metrics.generated_kernel_count``, the Triton kernels a GPU launches.
+On CPU that counter counts C++ kernel proxies: an outer-loop fused kernel
+counts each member plus the merged kernel, although it is one loop nest in one
+function (README, "Loop ordering after fusion on CPU").  These variants build
+the same programs and assert what the C++ backend emits: the loop nests, next
+to stock's (every overlay flag off), and agreement with eager.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._inductor.test_case import run_tests, TestCase
+from torch._inductor.test_operators import realize
+from torch.testing import FileCheck
+
+from compile_utils import compile_and_inspect
+
+
+def rms_norm_over_heads(x, head_dim=128):
+    rows = x.reshape(-1, head_dim).float()
+    rms = torch.rsqrt(rows.pow(2).mean(dim=-1, keepdim=True) + 1e-5)
+    return (rows * rms).reshape(x.shape).to(x.dtype)
+
+
+def qkv_slice(rows=16):
+    # A slice of a fused qkv projection: rows are not contiguous.
+    return torch.randn(rows, 10240, dtype=torch.bfloat16)[:, :8192]
+
+
+class CpuLoopOrderingTest(TestCase):
+    def nests(self, fn, *args, extra_config=None):
+        """(patched, stock) loop nests of ``fn``; both agree with eager."""
+        on = compile_and_inspect(fn, args, extra_config=extra_config)
+        off = compile_and_inspect(fn, args, overlay=False, extra_config=extra_config)
+        return on, off
+
+    def test_sum_and_transpose_share_one_pass(self):
+        def sum_and_t(x):
+            return x.sum(dim=-1), x.t().contiguous()
+
+        on, off = self.nests(sum_and_t, torch.randn(256, 512))
+        self.assertEqual((on.total_nests, off.total_nests), (1, 2))
+        self.assertEqual(on.reordered, 1)
+        # One tiled pass reads x once for both outputs.
+        FileCheck().check("transpose_mxn").check("tmp_acc0_vec").run(on.kernels[0])
+
+    def test_view_fuses_as_in_stock(self):
+        def sin_and_view(x):
+            return realize(x.view(10, 10)), x.sin()
+
+        on, off = self.nests(sin_and_view, torch.randn(100))
+        self.assertEqual((on.total_nests, off.total_nests), (1, 1))
+
+    def test_broadcast_operands_fuse_as_in_stock(self):
+        # Upstream expects two Triton kernels; stock's C++ backend merges both
+        # loops to (1024, 1024) and emits one nest, and so does the overlay.
+        def add_bias_twice(x, y, c):
+            return x + c, y + c
+
+        args = (torch.randn(4, 256, 1024), torch.randn(2, 512, 1024), torch.randn(1024))
+        on, off = self.nests(add_bias_twice, *args)
+        self.assertEqual((on.total_nests, off.total_nests), (1, 1))
+
+    def test_pointwise_into_outer_reduction(self):
+        def pw_outer_red(x):
+            return realize(realize(x + 1) * 3).sum(dim=[0, 1])
+
+        on, off = self.nests(pw_outer_red, torch.randn(2, 4, 512))
+        self.assertEqual((on.total_nests, off.total_nests), (1, 2))
+
+    def test_different_reduction_orders_stay_apart(self):
+        def two_sums(x):
+            return x.sum(dim=0), x.sum(dim=1)
+
+        on, off = self.nests(two_sums, torch.randn(256, 512))
+        self.assertEqual((on.total_nests, on.reordered), (off.total_nests, 0))
+
+    def test_rms_norm_over_reshaped_heads(self):
+        on, off = self.nests(rms_norm_over_heads, qkv_slice())
+        self.assertEqual((on.total_nests, off.total_nests), (1, 2))
+
+    def test_rms_norm_reindexed_without_global_loop_ordering(self):
+        cfg = {"loop_ordering_after_fusion": False}
+        on, off = self.nests(rms_norm_over_heads, qkv_slice(), extra_config=cfg)
+        self.assertEqual((on.total_nests, off.total_nests), (1, 2))
+
+    def test_rms_norm_after_fused_pointwise(self):
+        def bias_clamp_rms(x, bias):
+            return rms_norm_over_heads(realize(realize(x + bias).clamp(-1, 1)))
+
+        bias = torch.randn(8192, dtype=torch.bfloat16)
+        on, off = self.nests(bias_clamp_rms, qkv_slice(), bias)
+        self.assertEqual((on.total_nests, off.total_nests), (1, 3))
+
+    def test_block_amax_and_broadcast(self):
+        def block_scale(x, block=32):
+            blocks = x.unflatten(-1, (x.shape[-1] // block, block))
+            scale = blocks.abs().amax(dim=-1).clamp(min=1e-6)
+            return (blocks / scale.unsqueeze(-1)).flatten(-2)
+
+        on, off = self.nests(block_scale, torch.randn(8, 8192))
+        self.assertEqual((on.total_nests, off.total_nests), (1, 1))
+
+    def test_qk_norm_then_rope(self):
+        def qk_norm_rope(q, weight, cos, sin):
+            q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+            half = q.shape[-1] // 2
+            q1, q2 = q[..., :half], q[..., half:]
+            return torch.cat([q1 * cos - q2 * sin, q2 * cos + q1 * sin], dim=-1)
+
+        args = (
+            torch.randn(2, 4, 64, 64),
+            torch.randn(64),
+            torch.randn(1, 1, 64, 32),
+            torch.randn(1, 1, 64, 32),
+        )
+        on, off = self.nests(qk_norm_rope, *args)
+        self.assertEqual((on.total_nests, off.total_nests), (1, 2))
+
+
+if __name__ == "__main__":
+    run_tests()
