@@ -36,7 +36,9 @@ def make_fake_wheel(directory: Path, version: str = "2.13.0+cpu") -> Path:
     files[f"{info}/METADATA"] = (
         f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n\nbody\n".encode()
     )
-    files[f"{info}/WHEEL"] = f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {TAGS}\n".encode()  # fmt: skip
+    files[f"{info}/WHEEL"] = (
+        f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {TAGS}\n".encode()
+    )
     rows = [(n, wheel.record_hash(d), str(len(d))) for n, d in files.items()]
     files[f"{info}/RECORD"] = wheel.write_record([*rows, (f"{info}/RECORD", "", "")])
     path = directory / f"torch-{version}-{TAGS}.whl"
@@ -51,10 +53,6 @@ def make_fake_wheel(directory: Path, version: str = "2.13.0+cpu") -> Path:
 
 def build(source: Path, out: Path) -> wheel.Built:
     return wheel.build(source, out, tool.load_overlay())
-
-
-def wheels_in(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.rglob("*.whl")) if directory.exists() else []
 
 
 # --------------------------------------------------------------------------

@@ -231,7 +231,7 @@ def _is_ignored_overlay_entry(rel: Path) -> bool:
 
 
 def version_label(series: Series, overlay_files: dict[str, bytes]) -> str:
-    """The local version label of a torch built with this overlay: 'fusion.14.h1a2b3c4d'.
+    """The local version label of a wheel with this overlay: 'fusion.14.h1a2b3c4d'.
 
     The patch count, then 'h' and the first 8 hex digits of `fingerprint`
     (patch order and contents, overlay modules), so any change to what apply

@@ -71,7 +71,8 @@ class PatchResult:
 def hunk_sources(patch: Patch) -> dict[tuple[str, int], tuple[str, list[str]]]:
     """(path, hunk number) -> the hunk's @@ line and its old-side lines."""
     out: dict[tuple[str, int], tuple[str, list[str]]] = {}
-    path, number, current = "", 0, None
+    path, number = "", 0
+    current: tuple[str, list[str]] | None = None
     for line in patch.data.decode().splitlines():
         if line.startswith("+++ "):
             path = line[4:].split("\t")[0].split("/", 1)[1]
@@ -82,7 +83,7 @@ def hunk_sources(patch: Patch) -> dict[tuple[str, int], tuple[str, list[str]]]:
             out[(path, number)] = current
         elif current is not None and line[:1] in (" ", "-"):
             current[1].append(line)
-        elif line.startswith("diff ") or line.startswith("--- "):
+        elif line.startswith(("diff ", "--- ")):
             current = None
     return out
 
@@ -139,7 +140,7 @@ def check_patch(stage: Path, patch: Patch, fuzz: int) -> PatchResult:
             hunks.append(HunkResult(path, number, "clean", 0))
     for hunk in hunks:
         hunk.header, hunk.old_lines = sources.get((hunk.path, hunk.number), ("", []))
-    hunks.sort(key=lambda h: (touched.index(h.path) if h.path in touched else 0, h.number))
+    hunks.sort(key=lambda h: (touched.index(h.path), h.number))
     # Apply for real (failed hunks dropped) so the next patch sees this one.
     run_patch(stage, patch, used, dry_run=False)
     return PatchResult(patch.name, hunks, [])
@@ -171,8 +172,13 @@ def report(results: list[PatchResult], fuzz: int) -> str:
         lines.append(f"| {result.name} | {result.status} | {detail} |")
     conflicts = [(r, h) for r in results for h in r.hunks if h.status == "conflict"]
     for result, hunk in conflicts:
-        lines += ["", f"{result.name}: {hunk.path} hunk #{hunk.number} applies "
-                  f"nowhere, not even with fuzz {fuzz}:", "", f"    {hunk.header}"]  # fmt: skip
+        lines += [
+            "",
+            f"{result.name}: {hunk.path} hunk #{hunk.number} applies nowhere, "
+            f"not even with fuzz {fuzz}:",
+            "",
+            f"    {hunk.header}",
+        ]
         lines += [f"    {old}" for old in hunk.old_lines]
     return "\n".join(lines) + "\n"
 
@@ -189,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.rebase_check", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("upstream", type=Path, help="dir holding torch/... upstream files")
+    parser.add_argument("upstream", type=Path, help="dir holding torch/... files")
     parser.add_argument("--patches", type=Path, default=DEFAULT_PATCHES_DIR)
     parser.add_argument("--fuzz", type=int, default=2, help="second try's --fuzz")
     parser.add_argument("--markdown", type=Path, help="also write the report here")

@@ -47,6 +47,10 @@ DEFAULT_OUT_DIR = REPO_ROOT / "build" / "wheel"
 _WHEEL_NAME = re.compile(r"^torch-(?P<version>[^-]+)-(?P<tags>[^-]+-[^-]+-[^-]+)\.whl$")
 _VERSION_PY = re.compile(r"^(__version__\s*=\s*)(['\"])([^'\"]+)\2", re.M)
 REGULAR_FILE_MODE = 0o100644
+# A zip local file header: signature, then 26 bytes whose last 4 are the
+# lengths of the name and of the extra field that follow it (APPNOTE 4.3.7).
+LOCAL_HEADER_MAGIC = b"PK\x03\x04"
+LOCAL_HEADER_SIZE = 30
 
 
 class WheelError(Exception):
@@ -200,11 +204,11 @@ def copy_member_raw(src: zipfile.ZipFile, info: zipfile.ZipInfo, out: zipfile.Zi
     """
     assert src.fp is not None and out.fp is not None
     src.fp.seek(info.header_offset)
-    header = src.fp.read(zipfile.sizeFileHeader)
-    if header[:4] != zipfile.stringFileHeader:
+    header = src.fp.read(LOCAL_HEADER_SIZE)
+    if header[:4] != LOCAL_HEADER_MAGIC:
         raise WheelError(f"{src.filename}: bad local header for {info.filename}")
     name_len, extra_len = struct.unpack("<HH", header[26:30])
-    src.fp.seek(info.header_offset + zipfile.sizeFileHeader + name_len + extra_len)
+    src.fp.seek(info.header_offset + LOCAL_HEADER_SIZE + name_len + extra_len)
     raw = src.fp.read(info.compress_size)
     entry = copy.copy(info)
     entry.flag_bits &= ~0x08  # CRC and sizes go in the header: no data descriptor
@@ -216,7 +220,7 @@ def copy_member_raw(src: zipfile.ZipFile, info: zipfile.ZipInfo, out: zipfile.Zi
     out.NameToInfo[entry.filename] = entry
     out.fp.write(entry.FileHeader())
     out.fp.write(raw)
-    out.start_dir = out.fp.tell()  # type: ignore[attr-defined]
+    out.start_dir = out.fp.tell()
 
 
 def new_member(name: str, like: zipfile.ZipInfo, mode: int | None = None):
@@ -318,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.wheel", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("source", type=Path, help="torch 2.13.0 wheel, or a dir with one")
+    parser.add_argument("source", type=Path, help="torch 2.13.0 wheel or a dir")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT_DIR, help="output dir")
     args = parser.parse_args(argv)
     try:
@@ -327,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(built.apply_message)
-    print(f"version {built.version}: {len(built.changed)} changed, "
-          f"{len(built.added)} added, {len(built.removed)} removed file(s)")  # fmt: skip
+    changed, added, removed = map(len, (built.changed, built.added, built.removed))
+    print(f"version {built.version}: {changed} changed, {added} added, {removed} gone")
     for name in built.changed:
         print(f"  changed {name}")
     print(f"wrote {built.path}\nsha256 {built.sha256}")
