@@ -221,11 +221,18 @@ def run(cmd: list, **kwargs) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_official_wheel_installs_with_pip_and_compiles_the_seed_to_one_nest(tmp_path):
-    download = tmp_path / "upstream"
+@pytest.fixture(scope="module")
+def official_wheel(tmp_path_factory) -> Path:
+    download = tmp_path_factory.mktemp("upstream")
     run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
          "--only-binary=:all:", "torch==2.13.0", "-d", str(download)])  # fmt: skip
-    built = build(download, tmp_path / "out")
+    return wheel.find_source(download)
+
+
+def test_official_wheel_installs_with_pip_and_compiles_the_seed_to_one_nest(
+    tmp_path, official_wheel
+):
+    built = build(official_wheel, tmp_path / "out")
     assert built.path.name.startswith(f"torch-{VERSION}-")
     assert wheel.check_record(built.path) == []
 
@@ -240,3 +247,32 @@ def test_official_wheel_installs_with_pip_and_compiles_the_seed_to_one_nest(tmp_
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     smoke = run([python, "-c", SMOKE.format(version=VERSION)], cwd=REPO_ROOT, env=env)
     assert "nests [1]\n" in smoke.stdout
+
+
+def test_make_build_on_a_source_layout_of_every_python_file_of_the_wheel(
+    tmp_path, official_wheel
+):
+    """As far as `make build` goes without PyTorch's C++ sources: the checks,
+    the apply over all of v2.13.0's Python files (no overlay module lands on
+    an upstream file), and the patched tree byte-compiles."""
+    src = tmp_path / "pytorch"
+    with zipfile.ZipFile(official_wheel) as zf:
+        for name in zf.namelist():
+            if name.endswith(".py") and name.split("/")[0] in ("torch", "torchgen"):
+                zf.extract(name, src)
+    (src / "version.txt").write_text("2.13.0\n")
+    (src / "setup.py").write_text("raise SystemExit('placeholder: no C++ sources')\n")
+    (src / "requirements.txt").write_text("")
+    result = subprocess.run(
+        ["make", "--no-print-directory", "build", f"PYTORCH_SRC={src}",
+         "BUILD_PYTHON=true", "MAX_JOBS=1"],
+        cwd=REPO_ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "applied to" in result.stdout
+    status = run([sys.executable, "-m", "tools.overlay", "status", "--target",
+                  str(src)], cwd=REPO_ROOT)  # fmt: skip
+    assert "(source)" in status.stdout and "overlay: applied, current, clean" in (
+        status.stdout
+    )
+    run([sys.executable, "-m", "compileall", "-q", str(src / "torch" / "_inductor")])
