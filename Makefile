@@ -23,7 +23,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv test verify uninstall status demo bench bench-shapes fuzz build pr lint upstream-test clean
+.PHONY: help install stock-venv test verify uninstall status demo bench bench-shapes fuzz build wheel rebase-check pr lint upstream-test clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -38,8 +38,12 @@ help:
 	@echo "make verify      check .venv's torch against the pinned upstream hashes"
 	@echo "make status      what is applied to .venv's torch"
 	@echo "make uninstall   revert .venv's torch to pristine"
+	@echo "make wheel [WHEEL_SOURCE=torch.whl|dir]"
+	@echo "                 the official torch $(TORCH_VERSION) wheel with the overlay -> build/wheel/"
 	@echo "make build PYTORCH_SRC=/path [MAX_JOBS=n]"
 	@echo "                 apply to a v$(TORCH_VERSION) checkout and build it (hours)"
+	@echo "make rebase-check UPSTREAM_DIR=/path"
+	@echo "                 would the series apply to that upstream tree? per patch and hunk"
 	@echo "make pr [PYTORCH_SRC=/path [ONTO=ref]]"
 	@echo "                 git format-patch set + PR_DESCRIPTION.md against v$(TORCH_VERSION) -> build/pr/"
 	@echo "make upstream-test PYTORCH_SRC=/path [UPSTREAM_TESTS=.. UPSTREAM_K=.. UPSTREAM_FLAGS=..]"
@@ -140,6 +144,27 @@ build:
 	$(PYTHON) -m tools.overlay apply --target "$(PYTORCH_SRC)"
 	cd "$(PYTORCH_SRC)" && USE_CUDA=0 MAX_JOBS=$(MAX_JOBS) \
 	  $(BUILD_PYTHON) -m pip install --no-build-isolation -v -e .
+
+# make wheel: tools/wheel.py (README "Deploying the overlay wheel").  The
+# official wheel comes from `pip download` into build/wheel/upstream/, for
+# $(PYTHON)'s version and platform; WHEEL_SOURCE names a wheel (or a dir with
+# one) instead.  Needs only $(PYTHON)'s standard library and GNU patch.
+WHEEL_SOURCE ?=
+WHEEL_DOWNLOAD := build/wheel/upstream
+wheel:
+	@if [ -z "$(WHEEL_SOURCE)" ]; then \
+	  $(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: \
+	    torch==$(TORCH_VERSION) -d $(WHEEL_DOWNLOAD); fi
+	$(PYTHON) -m tools.wheel "$(or $(WHEEL_SOURCE),$(WHEEL_DOWNLOAD))" --out build/wheel
+
+# make rebase-check: tools/rebase_check.py (README "Rebase status").  The
+# directory holds upstream files at torch/... paths (a checkout at any commit,
+# or copies of the files the series touches); it is only read.
+UPSTREAM_DIR ?=
+rebase-check:
+	@if [ -z "$(UPSTREAM_DIR)" ]; then \
+	  echo "error: set UPSTREAM_DIR=/path (holding torch/... upstream files)" >&2; exit 2; fi
+	$(PYTHON) -m tools.rebase_check "$(UPSTREAM_DIR)" --markdown build/rebase-check.md
 
 # make pr: tools/pr.py (README "Upstreaming").  The pristine v$(TORCH_VERSION)
 # files come from the stock venv; with PYTORCH_SRC the set is also applied

@@ -161,6 +161,10 @@ def test_pr_description(export):
         assert pr.commit_subject(commit.dep3.summary) in text
     assert "No bench/results/bench.json" in text
     assert "`git am` of the" in text and export.final_tree[:12] in text
+    # README's rebase report, subsections included, before the checks
+    rebase = pr.readme_section(pr.REBASE_STATUS_HEADING)
+    assert rebase and "pytorch#185855" in rebase and "### Upstream main" in rebase
+    assert text.index(rebase) < text.index("## Checks")
 
 
 # --------------------------------------------------------------------------

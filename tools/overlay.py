@@ -33,8 +33,15 @@ from tools.patchset import (
     load_overlay_files,
     load_series,
     sha256_bytes,
+    version_label,
 )
-from tools.target import Target, TargetError, check_version, resolve_target
+from tools.target import (
+    Target,
+    TargetError,
+    check_version,
+    fusion_label,
+    resolve_target,
+)
 
 STATE_DIR = "torch/.fusion_overlay"
 STATE_FILE = "state.json"
@@ -340,6 +347,35 @@ class Overlay:
     def fingerprint(self) -> str:
         return fingerprint(self.series, self.modules)
 
+    @property
+    def label(self) -> str:
+        return version_label(self.series, self.modules)
+
+
+def state_label(state: dict) -> str:
+    """The version label of what `state` records as applied (cf. version_label)."""
+    return f"fusion.{len(state['patches'])}.h{state['fingerprint'][:8]}"
+
+
+def check_wheel_label(target: Target, state: dict | None) -> None:
+    """An overlay wheel's torch.__version__ names the overlay it was built with
+    (tools/wheel.py); the installed files must still be that overlay."""
+    label = fusion_label(target.version)
+    if label is None:
+        return
+    if state is None:
+        raise OverlayError(
+            f"{target.version_origin} says torch {target.version}, an overlay wheel, "
+            f"but no overlay is applied to {target.root} (reverted?); reinstall the "
+            "wheel"
+        )
+    if state_label(state) != label:
+        raise OverlayError(
+            f"{target.version_origin} says torch {target.version}, but the overlay "
+            f"applied to {target.root} is {state_label(state)} (applied again after "
+            "the wheel was installed?); reinstall the wheel"
+        )
+
 
 def load_overlay(
     patches_dir: Path = DEFAULT_PATCHES_DIR, overlay_dir: Path = DEFAULT_OVERLAY_DIR
@@ -349,6 +385,14 @@ def load_overlay(
 
 def apply(target: Target, overlay: Overlay) -> str:
     check_version(target)
+    label = fusion_label(target.version)
+    if label is not None and label != overlay.label:
+        raise OverlayError(
+            f"{target.version_origin} says torch {target.version}: a wheel built "
+            f"with overlay {label}; applying {overlay.label} would make "
+            "torch.__version__ name the wrong overlay. Install a wheel built from "
+            "this series (make wheel), or the stock torch wheel, instead"
+        )
     root = target.root
     state = read_state(root)
     if state is not None and not is_leftover_state(root, state):
@@ -474,6 +518,7 @@ def verify(target: Target, overlay: Overlay, require_pristine: bool = False) -> 
     leftover = state is not None and is_leftover_state(root, state)
     if state is not None and not leftover:
         check_not_dirty(root, state)
+    check_wheel_label(target, state)
     tracked = list(state["files"]) if state else []
     paths = list(
         dict.fromkeys([*overlay.series.touched_paths(), *overlay.modules, *tracked])
@@ -492,9 +537,12 @@ def verify(target: Target, overlay: Overlay, require_pristine: bool = False) -> 
             f"ok: {root} is pristine again but keeps a stale overlay state; "
             "run apply or revert"
         )
-    freshness = (
-        "current" if state["fingerprint"] == overlay.fingerprint else "stale: run apply"
-    )
+    if state["fingerprint"] == overlay.fingerprint:
+        freshness = "current"
+    elif fusion_label(target.version):
+        freshness = f"a wheel of {state_label(state)}; this checkout is {overlay.label}"
+    else:
+        freshness = "stale: run apply"
     return (
         f"ok: overlay applied to {root} ({freshness}); installed files are as "
         f"applied and the backups of {count} upstream file(s) match the pinned "
@@ -529,6 +577,7 @@ def status(target: Target, overlay: Overlay) -> str:
         else "stale (series or overlay changed)"
     )
     lines.append(f"overlay: applied, {current}, {health}")
+    lines.append(f"label:   {state_label(state)} (this checkout: {overlay.label})")
     lines += [f"  patch  {p['name']}" for p in state["patches"]]
     lines += [
         f"  module {rel}"

@@ -230,6 +230,17 @@ def _is_ignored_overlay_entry(rel: Path) -> bool:
     )
 
 
+def version_label(series: Series, overlay_files: dict[str, bytes]) -> str:
+    """The local version label of a wheel with this overlay: 'fusion.14.h1a2b3c4d'.
+
+    The patch count, then 'h' and the first 8 hex digits of `fingerprint`
+    (patch order and contents, overlay modules), so any change to what apply
+    installs changes the label.  The 'h' keeps the segment alphanumeric: PEP 440
+    would strip the leading zeros of an all-digit one.
+    """
+    return f"fusion.{len(series.patches)}.h{fingerprint(series, overlay_files)[:8]}"
+
+
 def fingerprint(series: Series, overlay_files: dict[str, bytes]) -> str:
     """One hash of all that apply installs: patch order + contents, and overlay."""
     digest = hashlib.sha256()

@@ -60,6 +60,9 @@ DEFAULT_OUT = REPO_ROOT / "build" / "pr"
 DEFAULT_BENCH = REPO_ROOT / "bench" / "results" / "bench.json"
 DEFAULT_UPSTREAM_TEST_SUMMARY = REPO_ROOT / "build" / "upstream-test" / "summary.md"
 PR_DESCRIPTION = "PR_DESCRIPTION.md"
+# The README section PR_DESCRIPTION.md repeats: how the series stands against
+# upstream main (tools/rebase_check.py, the upstream PRs it meets).
+REBASE_STATUS_HEADING = "## Rebase status"
 FALLBACK_IDENTITY = ("Fusion Overlay", "fusion-overlay@users.noreply.github.com")
 FALLBACK_DATE = "2025-01-01T00:00:00+00:00"
 
@@ -552,6 +555,7 @@ def pr_description(
     bench: dict | None,
     checks: list[str],
     upstream_tests: str | None,
+    rebase_status: str | None = None,
 ) -> str:
     out = [
         "# [inductor][cpp] Re-tile outer-loop fusion and decide CPU loop orders "
@@ -612,8 +616,25 @@ def pr_description(
             if users:
                 line += f"; {', '.join(users)} use later parts of it"
             out.append(line + ".")
+    if rebase_status:
+        out += ["", REBASE_STATUS_HEADING, "", rebase_status.strip()]
     out += ["", "## Checks", ""] + [f"- {c}" for c in checks]
     return "\n".join(out).rstrip() + "\n"
+
+
+def readme_section(heading: str) -> str | None:
+    """The body of README.md's `heading` section, up to the next heading of
+    the same level (its subsections included), or None."""
+    level = heading.split(" ", 1)[0] + " "
+    lines = read_repo_text("README.md").splitlines()
+    if heading not in lines:
+        return None
+    body = []
+    for line in lines[lines.index(heading) + 1 :]:
+        if line.startswith(level):
+            break
+        body.append(line)
+    return "\n".join(body).strip() or None
 
 
 # --------------------------------------------------------------------------
@@ -890,7 +911,13 @@ def export_series(
 
 
 def write_description(export: Export, bench: dict | None, summary: str | None) -> None:
-    text = pr_description(export.commits, bench, export.checks, summary)
+    text = pr_description(
+        export.commits,
+        bench,
+        export.checks,
+        summary,
+        rebase_status=readme_section(REBASE_STATUS_HEADING),
+    )
     (export.out_dir / PR_DESCRIPTION).write_text(text)
 
 

@@ -16,6 +16,11 @@ SUPPORTED_VERSION = "2.13.0"
 _SUPPORTED_VERSION_RE = re.compile(re.escape(SUPPORTED_VERSION) + r"(?![0-9])")
 
 
+# The local label an overlay wheel adds to torch's version (tools/wheel.py):
+# "2.13.0+cpu.fusion.14.h1a2b3c4d" -> "fusion.14.h1a2b3c4d".
+_FUSION_LABEL_RE = re.compile(r"[+.](fusion\.[0-9]+\.h[0-9a-f]{8})$")
+
+
 class TargetError(Exception):
     """The target is not a torch tree we can work on."""
 
@@ -90,3 +95,9 @@ def check_version(target: Target) -> None:
             f"{target.version_origin} says torch {target.version}; "
             f"the overlay is for torch {SUPPORTED_VERSION} only"
         )
+
+
+def fusion_label(version: str | None) -> str | None:
+    """The overlay wheel's label in a torch version, or None for any other torch."""
+    match = _FUSION_LABEL_RE.search(version or "")
+    return match.group(1) if match else None
