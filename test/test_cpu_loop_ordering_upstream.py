@@ -12,6 +12,7 @@ to stock's (every overlay flag off), and agreement with eager.
 from __future__ import annotations
 
 import torch
+from torch._inductor import metrics
 from torch._inductor.test_case import run_tests, TestCase
 from torch._inductor.test_operators import realize
 from torch.testing import FileCheck
@@ -119,6 +120,20 @@ class CpuLoopOrderingTest(TestCase):
         )
         on, off = self.nests(qk_norm_rope, *args)
         self.assertEqual((on.total_nests, off.total_nests), (1, 2))
+
+    def test_failed_outer_loop_attempts_count_no_kernels(self):
+        # RMS norm then interleaved RoPE: the outer-loop fusion of the norm and
+        # the stack fails to merge and falls back.  Each discarded attempt
+        # used to count its kernels: 6 for this function of 2 loop nests.
+        def qk_norm_interleaved_rope(q, cos, sin):
+            q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-6)
+            pairs = q.reshape(*q.shape[:-1], -1, 2)
+            a, b = pairs[..., 0], pairs[..., 1]
+            return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+
+        args = (torch.randn(2, 4, 64, 64), torch.randn(1, 1, 64, 32), torch.randn(1, 1, 64, 32))
+        on = compile_and_inspect(qk_norm_interleaved_rope, args)
+        self.assertEqual(metrics.generated_kernel_count, on.total_nests)
 
 
 if __name__ == "__main__":

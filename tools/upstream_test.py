@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,7 @@ DEFAULT_K = "outer_loop or local_buffer or group_norm or layer_norm or softmax"
 DEFAULT_OUT = REPO_ROOT / "build" / "upstream-test"
 OVERLAY_ONLY_ENV = set(ENV_VARS)
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+COMPAT_PLUGIN = Path(__file__).with_name("upstream_compat.py")
 
 
 class UsageError(Exception):
@@ -145,20 +147,25 @@ def run_pytest(
     # Paths relative to test/, where upstream runs its tests from.
     args = [str((src / t).relative_to(test_dir)) for t in tests]
     with tempfile.TemporaryDirectory(prefix="inductor-cache-") as cache:
+        plugin_dir = Path(cache) / "plugins"
+        plugin_dir.mkdir()
+        shutil.copy(COMPAT_PLUGIN, plugin_dir / COMPAT_PLUGIN.name)
         env = {
             **os.environ,
             **extra_env,
             "TORCHINDUCTOR_CACHE_DIR": cache,
             "PYTHONDONTWRITEBYTECODE": "1",
+            # Only the compat plugin: nothing of this repo shadows upstream's.
+            "PYTHONPATH": str(plugin_dir),
         }
-        env.pop("PYTHONPATH", None)
         where = torch_location(python, test_dir, env)
         if str(src) in where.split()[0]:
             raise UsageError(f"{python} imports the checkout's torch ({where})")
         cmd = [
             str(python), "-m", "pytest", *args,
             *(["-k", k] if k else []),
-            "-p", "no:cacheprovider", f"--junitxml={junit}", "-q", *pytest_args,
+            "-p", "no:cacheprovider", "-p", COMPAT_PLUGIN.stem,
+            f"--junitxml={junit}", "-q", *pytest_args,
         ]  # fmt: skip
         print(f"-- {label}: {shlex.join(cmd)}", flush=True)
         start = time.perf_counter()
