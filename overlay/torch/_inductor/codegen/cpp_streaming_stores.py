@@ -11,8 +11,9 @@ It only pays when nobody reads the output from cache soon.  We stream the
 full-vector float32 stores of a kernel's output when
 
 - the kernel touches more bytes than the last-level cache holds (inputs and
-  outputs together), so by the time a consumer reads the output from its
-  start, a sequential pass has evicted it anyway;
+  outputs together, less the inputs an earlier kernel of the graph wrote
+  that fit in the cache), so by the time a consumer reads the output from
+  its start, a sequential pass has evicted it anyway;
 - the output is at least 1/MIN_STREAMED_FRACTION of the cache (1 MiB of
   32 MiB; small outputs stay cached);
 - the kernel does not read that output back itself (directly or through an
@@ -89,7 +90,7 @@ _ANY_VECTOR_STORE = re.compile(
 def stream_large_outputs(kernel_group, loops_code: IndentedBuffer) -> IndentedBuffer:
     """``loops_code`` with streaming stores where they pay, else unchanged."""
     args = kernel_group.args
-    if footprint_bytes(args) < last_level_cache_bytes():
+    if cold_footprint_bytes(args) < last_level_cache_bytes():
         return loops_code
     lines = loops_code._lines
     streamed = _streamable_pointers(args, lines)
@@ -215,6 +216,26 @@ def buffer_names(args, pointer: str) -> list[str]:
 def footprint_bytes(args) -> int:
     names = {*args.input_buffers, *args.output_buffers, *args.inplace_buffers}
     return sum(buffer_bytes(name) for name in names)
+
+
+def cold_footprint_bytes(args) -> int:
+    """``footprint_bytes`` less the inputs that are likely still in cache.
+
+    An input that an earlier kernel of this graph wrote, and that fits in the
+    last-level cache, is read from there (attention's scores, just written by
+    the matmul): streaming the output then pushes to memory data that its
+    consumer reads back, for a kernel that never left the cache.
+    """
+    cache = last_level_cache_bytes()
+    hot = {
+        name
+        for name in args.input_buffers
+        if name not in V.graph.graph_inputs
+        and name not in V.graph.constants
+        and buffer_bytes(name) < cache
+    }
+    names = {*args.input_buffers, *args.output_buffers, *args.inplace_buffers}
+    return sum(buffer_bytes(name) for name in names - hot)
 
 
 def _dtype(name: str):
