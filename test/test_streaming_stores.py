@@ -40,7 +40,7 @@ def test_output_of_a_kernel_larger_than_the_cache_is_streamed(cache_of):
     on = compile_shipped_and_inspect(fn, args, extra_config=ONE_THREAD)
     off = compile_shipped_and_inspect(fn, args, extra_config=STREAMING_OFF)
     assert on.code.count(STREAMED) == 1 and STREAMED not in off.code
-    assert "_mm_sfence();" in on.code
+    assert "stream_fence();" in on.code
     assert on.nests == off.nests == [1]
 
 
@@ -61,9 +61,9 @@ def test_each_thread_fences_its_streaming_stores(cache_of):
     # barrier, run by every thread; one after it
     region = on.code[on.code.index("#pragma omp parallel") :]
     region = region[: region.index("\n    }\n")]
-    assert region.count("_mm_sfence();") == 1
-    assert region.rstrip().endswith("_mm_sfence();")
-    assert on.code.count("_mm_sfence();") == 2
+    assert region.count("stream_fence();") == 1
+    assert region.rstrip().endswith("stream_fence();")
+    assert on.code.count("stream_fence();") == 2
 
 
 def test_parallel_region_without_braces_is_not_streamed():
@@ -75,7 +75,7 @@ def test_parallel_region_without_braces_is_not_streamed():
         "#pragma omp parallel",
         "{",
         "int tid = 0;",
-        "    _mm_sfence();",
+        "    stream_fence();",
         "}",
     ]
 
