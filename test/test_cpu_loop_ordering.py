@@ -156,7 +156,9 @@ def test_large_group_statistics_stay_one_parallel_reduction():
     # over the 4 outer iterations; merged, it is 32768 elements and stock's
     # rule keeps it a parallel reduction of its own, as with the flag off.
     fn, args = torch.nn.GroupNorm(2, 64), (torch.randn(2, 64, 32, 32),)
-    on = compile_and_inspect(fn, args, extra_config=LOOP_ORDERING_ONLY)
+    # a parallel reduction needs threads to share it
+    two_threads = {**LOOP_ORDERING_ONLY, "cpp.threads": 2}
+    on = compile_and_inspect(fn, args, extra_config=two_threads)
     assert on.outer_fused == 0
     assert metrics.parallel_reduction_count == 1
 
