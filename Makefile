@@ -23,12 +23,14 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv test verify uninstall status demo bench bench-shapes fuzz build wheel rebase-check pr lint upstream-test clean
+.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes fuzz build wheel rebase-check pr lint upstream-test clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
 	@echo "make stock-venv  .venv-stock: pristine torch $(TORCH_VERSION) (reference)"
-	@echo "make test        install + stock-venv + lint, then pytest $(TESTS)"
+	@echo "make test        install + stock-venv + lint + cross-compiler, then pytest $(TESTS)"
+	@echo "make cross-compiler  Debian's g++-aarch64-linux-gnu (apt-get, as root) for"
+	@echo "                 test/test_cross_isa_compile.py"
 	@echo "make lint        ruff (tools/ test/ overlay/), mypy (tools/, overlay modules)"
 	@echo "make demo        outer loop nests and timings, overlay flags off vs on"
 	@echo "make bench       benchmarks: eager vs stock vs patched -> bench/results/"
@@ -80,7 +82,25 @@ $(VENV)/.lint-deps-installed: $(VENV)/.deps-installed
 lint: install $(VENV)/.lint-deps-installed
 	$(VENV_PY) -m tools.lint
 
-test: install stock-venv lint
+# test/test_cross_isa_compile.py compiles the kernels generated for aarch64
+# (NEON, SVE) with Debian's cross compiler.  Installed with apt-get (CI runs
+# as root on a fresh Debian machine); anywhere else, install it by hand.
+CROSS_CXX := aarch64-linux-gnu-g++
+CROSS_PACKAGE := g++-aarch64-linux-gnu
+cross-compiler:
+	@if command -v $(CROSS_CXX) >/dev/null; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null; then \
+	  echo "error: $(CROSS_CXX) not found and no apt-get to install it; install" \
+	       "$(CROSS_PACKAGE) (or a $(CROSS_CXX)) by hand" >&2; exit 2; fi; \
+	echo "installing $(CROSS_PACKAGE) with apt-get"; \
+	if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	         --no-install-recommends $(CROSS_PACKAGE); } >/dev/null; then \
+	  echo "error: apt-get could not install $(CROSS_PACKAGE) (as root? see above)" >&2; \
+	  exit 2; fi; \
+	command -v $(CROSS_CXX) >/dev/null || { \
+	  echo "error: $(CROSS_PACKAGE) installed but no $(CROSS_CXX) on PATH" >&2; exit 2; }
+
+test: install stock-venv lint cross-compiler
 	$(VENV_PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) $(TESTS)
 
 verify: $(VENV)/.deps-installed

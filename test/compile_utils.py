@@ -10,12 +10,31 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+import pytest
 import torch
-from torch._inductor import config, metrics
+from torch._inductor import config, cpu_vec_isa, metrics
 from torch._inductor.utils import run_and_get_cpp_code
 
 from tools.flags import config_patch
 from tools.loopnest import analyze
+
+
+def vector_lanes(dtype: torch.dtype = torch.float32) -> int:
+    """Lanes of ``dtype`` in the vector ISA Inductor picks here, 0 if none
+    ($ATEN_CPU_CAPABILITY=default, or a CPU without one)."""
+    isa = cpu_vec_isa.pick_vec_isa()
+    return isa.nelements(dtype) if isa else 0
+
+
+def host_has_simd_width(bits: int) -> bool:
+    """Whether ``config.cpp.simdlen = bits`` picks an ISA on this CPU."""
+    return any(isa.bit_width() == bits for isa in cpu_vec_isa.valid_vec_isa_list())
+
+
+# Tests of a feature that only acts on vector loads or stores.
+requires_vectors = pytest.mark.skipif(
+    vector_lanes() == 0, reason="no vector ISA: the feature acts on vector code"
+)
 
 
 # The seed report's config: every small op becomes its own scheduler node.

@@ -21,7 +21,12 @@ from torch._inductor import metrics
 from torch._inductor.scheduler import SchedulerNode
 from torch._inductor.test_operators import realize
 
-from compile_utils import compile_and_inspect, SEED_CONFIG
+from compile_utils import (
+    compile_and_inspect,
+    requires_vectors,
+    SEED_CONFIG,
+    vector_lanes,
+)
 
 LOOP_ORDERING_ONLY = {"cpp.outer_loop_fusion_retile": False}
 
@@ -167,11 +172,14 @@ def test_large_group_statistics_stay_one_parallel_reduction():
     # over the 4 outer iterations; merged, it is 32768 elements and stock's
     # rule keeps it a parallel reduction of its own, as with the flag off.
     fn, args = torch.nn.GroupNorm(2, 64), (torch.randn(2, 64, 32, 32),)
-    on = compile_and_inspect(fn, args, extra_config=LOOP_ORDERING_ONLY)
+    # a parallel reduction needs threads to share it
+    two_threads = {**LOOP_ORDERING_ONLY, "cpp.threads": 2}
+    on = compile_and_inspect(fn, args, extra_config=two_threads)
     assert on.outer_fused == 0
     assert metrics.parallel_reduction_count == 1
 
 
+@requires_vectors
 def test_affine_step_of_small_groups_stays_vectorized():
     # Unmerged, the affine step's innermost loop is the image width (6), too
     # short for the 32 lanes of a bfloat16 input: it went scalar.
@@ -179,8 +187,9 @@ def test_affine_step_of_small_groups_stays_vectorized():
     args = (torch.randn(2, 90, 6, 6, dtype=torch.bfloat16),)
     on = compile_and_inspect(fn, args)  # both flags
     assert on.outer_fused == 1
-    # the affine step's inner loop over the 6 x 6 image, 32 bfloat16 lanes
+    # the affine step's inner loop over the 6 x 6 image, one bfloat16 vector
+    # per step (32 lanes on AVX512, 16 on AVX2)
     affine_loop = re.compile(
         r"x\d+<static_cast<int64_t>\(36L\); x\d+\+=static_cast<int64_t>\((\d+)L\)"
     )
-    assert affine_loop.findall(on.code) == ["32"]
+    assert affine_loop.findall(on.code) == [str(vector_lanes(torch.bfloat16))]

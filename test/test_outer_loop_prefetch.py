@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch._inductor.codegen.cpp_streaming_stores as streaming
-from compile_utils import compile_shipped_and_inspect
+from compile_utils import compile_shipped_and_inspect, requires_vectors, vector_lanes
 from torch._inductor.codegen.cpp_outer_loop_prefetch import _coefficient
 
 PREFETCH_OFF = {"cpp.outer_loop_prefetch": False}
@@ -38,6 +38,7 @@ def _passes(code: str) -> list[str]:
     return re.split(r"for\(int64_t x1=", code)[1:]
 
 
+@requires_vectors
 def test_layernorm_prefetches_four_rows_ahead_in_its_last_pass(cache_of):
     cache_of(1 << 20)  # LayerNorm (512, 1024) reads and writes 4 MiB
     fn, args = torch.nn.LayerNorm(1024), (torch.randn(512, 1024),)
@@ -52,6 +53,7 @@ def test_layernorm_prefetches_four_rows_ahead_in_its_last_pass(cache_of):
     assert "prefetch_ahead" not in off.code
 
 
+@requires_vectors
 def test_groupnorm_prefetches_the_next_group(cache_of):
     cache_of(64 << 10)
     fn = torch.nn.GroupNorm(4, 32)
@@ -62,9 +64,11 @@ def test_groupnorm_prefetches_the_next_group(cache_of):
     assert "8192L*x0" in index and ahead == str(8192 * 4)
 
 
+@requires_vectors
 def test_rows_with_a_tail_and_two_threads(cache_of):
     cache_of(1 << 20)
-    fn, args = torch.nn.LayerNorm(1000), (torch.randn(512, 1000),)
+    cols = 62 * vector_lanes() + vector_lanes() // 2  # 1000 on AVX512
+    fn, args = torch.nn.LayerNorm(cols), (torch.randn(512, cols),)
     on = compile_shipped_and_inspect(fn, args, extra_config={"cpp.threads": 2})
     assert on.nests == [1] and "#pragma omp for" in on.code
     # the full vectors and the masked tail of the last pass
@@ -79,6 +83,7 @@ def test_kernel_within_the_cache_is_unchanged(cache_of):
     assert on.kernels == off.kernels
 
 
+@requires_vectors
 def test_symbolic_row_length_is_not_prefetched(cache_of):
     cache_of(1024)
     fn, args = torch.nn.LayerNorm(1024), (torch.randn(64, 1024),)
@@ -99,6 +104,7 @@ def test_only_affine_indices_with_a_static_stride():
     assert _coefficient(modular, "x0") == 0
 
 
+@requires_vectors
 def test_inputs_that_stay_in_cache_are_not_prefetched(cache_of):
     cache_of(1 << 20)  # inputs under 1/32 of it (32 KiB) stay cached
     mask = torch.randn(64, 64)  # 16 KiB, read by every row's passes
@@ -112,6 +118,7 @@ def test_inputs_that_stay_in_cache_are_not_prefetched(cache_of):
     assert PREFETCH.findall(on.code) == [("in_ptr0", "x2 + 64L*x1 + 4096L*x0", "16384")]
 
 
+@requires_vectors
 def test_a_buffer_updated_in_place_is_prefetched(cache_of):
     # The matmul's output is in_ptr0 in the max pass and in_out_ptr0 in the
     # exp pass, which stores into it: one memory, two pointer names.
@@ -127,6 +134,7 @@ def test_a_buffer_updated_in_place_is_prefetched(cache_of):
     assert ("in_out_ptr0", "x2 + 256L*x1 + 65536L*x0", "16384") in prefetched
 
 
+@requires_vectors
 def test_a_row_the_last_pass_does_not_read_is_prefetched_in_its_loop(cache_of):
     # softmax's last pass reads its local buffer of exp values, not x; the
     # loop it shares with the max pass (same header) prefetches x's rows.

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch._inductor import metrics
 from compile_utils import compile_and_run
 from compile_utils import compile_shipped_and_inspect as compile_and_inspect
-from compile_utils import SEED_CONFIG
+from compile_utils import requires_vectors, SEED_CONFIG
 
 
 from torch._inductor.codegen.cpp_outer_loop_split import split_for_outer_extent
@@ -32,6 +32,7 @@ def layer_norm(width: int, dtype=torch.float32):
 # --- stock vs patched: the reported cases ---------------------------------
 
 
+@requires_vectors  # stock's fallback comes from vector tiling
 def test_layernorm_one_nest_instead_of_four():
     ln = layer_norm(1000)  # 1000 = 62 vectors + a tail of 8
     x = torch.randn(37, 1000)
@@ -42,6 +43,7 @@ def test_layernorm_one_nest_instead_of_four():
     assert patched.retiled == 1
 
 
+@requires_vectors  # stock's fallback comes from vector tiling
 def test_seed_groupnorm_with_seed_config_one_nest_instead_of_seven():
     gn = torch.nn.GroupNorm(2, 16)
     x = torch.randn(2, 16, 32, 32)
@@ -68,6 +70,7 @@ def test_groupnorm_affine_odd_sizes_split_into_groups():
     assert "x0<static_cast<int64_t>(8L)" in patched.code
 
 
+@requires_vectors  # stock's fallback comes from vector tiling
 def test_bias_gelu_layernorm_one_nest_and_erf_once():
     ln = layer_norm(768)
     bias = torch.randn(768)
@@ -97,6 +100,7 @@ def test_rmsnorm_and_softmax_stay_one_nest():
     assert patched.total_nests <= 2
 
 
+@requires_vectors  # stock's fallback comes from vector tiling
 def test_layernorm_bfloat16():
     ln = layer_norm(1000, torch.bfloat16)
     patched = compile_and_inspect(ln, (torch.randn(32, 1000, dtype=torch.bfloat16),))
@@ -180,6 +184,7 @@ def _stacked_terms(feats, rates, shift, scale):
     return torch.stack([centered, e, centered * e], dim=-1)
 
 
+@requires_vectors  # stock's fallback comes from vector tiling
 def test_no_local_buffer_under_a_vector_tiled_outer_loop():
     torch.manual_seed(0)
     args = (

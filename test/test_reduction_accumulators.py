@@ -12,9 +12,12 @@ from __future__ import annotations
 import re
 
 import torch
-from compile_utils import compile_and_inspect, compile_and_run
-
-from torch._inductor.cpu_vec_isa import pick_vec_isa
+from compile_utils import (
+    compile_and_inspect,
+    compile_and_run,
+    requires_vectors,
+    vector_lanes,
+)
 from torch._inductor.codegen.cpp_reduction_accumulators import (
     ACCUMULATORS,
     CASCADE_CHUNK,
@@ -22,8 +25,10 @@ from torch._inductor.codegen.cpp_reduction_accumulators import (
 )
 
 ROTATION = re.compile(r"\{ auto rotated = (\w+);")
-# float32 lanes of the vector kernels on this machine (16 with AVX512)
-VEC = pick_vec_isa().nelements(torch.float32)
+# float32 lanes of the vector kernels here (16 with AVX512, 8 with AVX2)
+VEC = vector_lanes()
+# the accumulators rotate in vector reductions only
+pytestmark = requires_vectors
 
 
 def setup_module():

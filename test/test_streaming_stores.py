@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch._inductor.codegen.cpp_streaming_stores as streaming
-from compile_utils import compile_shipped_and_inspect
+from compile_utils import compile_shipped_and_inspect, requires_vectors, vector_lanes
 from torch._inductor.codegen.common import KernelArgs
 from torch._inductor.utils import IndentedBuffer
 
@@ -34,13 +34,14 @@ def layernorm(cols: int, dtype=torch.float32):
     return ln, (torch.randn(512, cols, dtype=dtype),)
 
 
+@requires_vectors
 def test_output_of_a_kernel_larger_than_the_cache_is_streamed(cache_of):
     cache_of(1 << 20)  # LayerNorm (512, 1024) reads and writes 4 MiB
     fn, args = layernorm(1024)
     on = compile_shipped_and_inspect(fn, args, extra_config=ONE_THREAD)
     off = compile_shipped_and_inspect(fn, args, extra_config=STREAMING_OFF)
     assert on.code.count(STREAMED) == 1 and STREAMED not in off.code
-    assert "_mm_sfence();" in on.code
+    assert "stream_fence();" in on.code
     assert on.nests == off.nests == [1]
 
 
@@ -52,6 +53,7 @@ def test_kernel_within_the_cache_is_unchanged(cache_of):
     assert on.kernels == off.kernels
 
 
+@requires_vectors
 def test_each_thread_fences_its_streaming_stores(cache_of):
     cache_of(1 << 20)
     fn, args = layernorm(1024)
@@ -61,9 +63,9 @@ def test_each_thread_fences_its_streaming_stores(cache_of):
     # barrier, run by every thread; one after it
     region = on.code[on.code.index("#pragma omp parallel") :]
     region = region[: region.index("\n    }\n")]
-    assert region.count("_mm_sfence();") == 1
-    assert region.rstrip().endswith("_mm_sfence();")
-    assert on.code.count("_mm_sfence();") == 2
+    assert region.count("stream_fence();") == 1
+    assert region.rstrip().endswith("stream_fence();")
+    assert on.code.count("stream_fence();") == 2
 
 
 def test_parallel_region_without_braces_is_not_streamed():
@@ -75,14 +77,16 @@ def test_parallel_region_without_braces_is_not_streamed():
         "#pragma omp parallel",
         "{",
         "int tid = 0;",
-        "    _mm_sfence();",
+        "    stream_fence();",
         "}",
     ]
 
 
+@requires_vectors
 def test_tail_stores_and_bfloat16_outputs_store_as_before(cache_of):
     cache_of(1 << 20)
-    fn, args = layernorm(1000)  # 62 full vectors and a masked tail per row
+    # 62 full vectors and a masked tail per row (1000 columns on AVX512)
+    fn, args = layernorm(62 * vector_lanes() + vector_lanes() // 2)
     on = compile_shipped_and_inspect(fn, args, extra_config=ONE_THREAD)
     assert on.code.count(STREAMED) == 1
     assert ".store(out_ptr" in on.code  # the tail, with its element count
@@ -90,6 +94,18 @@ def test_tail_stores_and_bfloat16_outputs_store_as_before(cache_of):
     on = compile_shipped_and_inspect(fn, args, extra_config=ONE_THREAD)
     assert STREAMED not in on.code
 
+
+def test_scalar_kernels_store_as_before(cache_of):
+    # no vector ISA (simdlen 1): no vector stores to stream, no fences
+    cache_of(1 << 20)
+    fn, args = layernorm(1024)
+    scalar = {**ONE_THREAD, "cpp.simdlen": 1}
+    on = compile_shipped_and_inspect(fn, args, extra_config=scalar)
+    off = compile_shipped_and_inspect(
+        fn, args, extra_config={**scalar, "cpp.streaming_stores": False}
+    )
+    assert "Vectorized" not in on.code
+    assert on.kernels == off.kernels
 
 def _lines(*texts: str) -> list[str]:
     buffer = IndentedBuffer()

@@ -31,7 +31,9 @@ cached and gains nothing.  A first pass that calls transcendental
 functions is bound by its math, not by memory, and gets no prefetches
 (bias+GELU+LayerNorm's, with erf, ran 14-16% slower with them).
 A prefetch never faults, so the rows past the end of a thread's share or of
-the tensor cost a wasted line, not a crash.
+the tensor cost a wasted line, not a crash.  The prefetch is a helper of
+cpp_kernel_helpers.py: ``__builtin_prefetch`` on GCC and Clang,
+``_mm_prefetch`` / ``__prefetch`` on MSVC.
 
 Flag: ``config.cpp.outer_loop_prefetch`` (TORCHINDUCTOR_CPP_OUTER_LOOP_PREFETCH).
 """
@@ -46,7 +48,7 @@ from collections.abc import Callable
 import sympy
 
 from ..utils import IndentedBuffer
-from . import cpp_streaming_stores as streaming
+from . import cpp_kernel_helpers as helpers, cpp_streaming_stores as streaming
 from .cpp_invariant_loads import memory_of
 from .cpp_reduction_accumulators import TRANSCENDENTAL
 from .cpp_streaming_stores import footprint_bytes, line_text
@@ -55,14 +57,6 @@ log = logging.getLogger("torch._inductor.fusion")
 
 # How far ahead to prefetch, rounded up to whole outer iterations.
 LOOKAHEAD_BYTES = 16 << 10
-PREFETCH_FUNCTION = "prefetch_ahead"
-_DEFINITION = f"""\
-auto {PREFETCH_FUNCTION} = [](const void* ptr, std::ptrdiff_t bytes) {{
-#if defined(__GNUC__) || defined(__clang__)
-    auto address = reinterpret_cast<std::uintptr_t>(ptr) + bytes;
-    __builtin_prefetch(reinterpret_cast<const void*>(address), 0, 3);
-#endif
-}};"""
 # `auto tmp0 = at::vec::Vectorized<float>::loadu(in_ptr0 +
 #      static_cast<int64_t>(x1 + 1024L*x0), static_cast<int64_t>(16));`
 _VECTOR_LOAD = re.compile(
@@ -106,10 +100,7 @@ def gen_passes_with_prefetch(
     if rewritten is None:
         return
     code._lines[starts[-1] :] = rewritten
-    # the helper is defined where the outer iteration's code starts
-    indent = _indent(line_text(code._lines[starts[0]]))
-    definition = [indent + line for line in _DEFINITION.splitlines()]
-    code._lines[starts[0] : starts[0]] = definition
+    helpers.use(kernel.args, helpers.PREFETCH)
 
 
 class _Rows:
@@ -209,7 +200,7 @@ def _insert_in_loop(lines: list, header: str, load: re.Match, rows: _Rows) -> bo
 
 
 def _prefetch(line: str, load: re.Match, ahead: int) -> str:
-    call = f"{PREFETCH_FUNCTION}({load['ptr']} + {load['index']}, {ahead});"
+    call = f"{helpers.PREFETCH}({load['ptr']} + {load['index']}, {ahead});"
     return _indent(line) + call
 
 
