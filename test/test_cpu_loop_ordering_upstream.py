@@ -131,7 +131,8 @@ class CpuLoopOrderingTest(TestCase):
             a, b = pairs[..., 0], pairs[..., 1]
             return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
 
-        args = (torch.randn(2, 4, 64, 64), torch.randn(1, 1, 64, 32), torch.randn(1, 1, 64, 32))
+        cos, sin = torch.randn(1, 1, 64, 32), torch.randn(1, 1, 64, 32)
+        args = (torch.randn(2, 4, 64, 64), cos, sin)
         on = compile_and_inspect(qk_norm_interleaved_rope, args)
         self.assertEqual(metrics.generated_kernel_count, on.total_nests)
 

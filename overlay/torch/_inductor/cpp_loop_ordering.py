@@ -477,8 +477,8 @@ def _mergeable_members(node):
 
     if not isinstance(node, (SchedulerNode, FusedSchedulerNode)):
         return None
-    snodes = node.get_nodes()
-    if not all(isinstance(sn, SchedulerNode) for sn in snodes) or any(
+    snodes = [sn for sn in node.get_nodes() if isinstance(sn, SchedulerNode)]
+    if len(snodes) != len(node.get_nodes()) or any(
         sn.is_template() or sn._body is None for sn in snodes
     ):
         return None
