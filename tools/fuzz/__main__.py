@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run", help="fuzz with N worker processes, then print a summary"
     )
-    run.add_argument("--profile", default="dev", choices=["ci", "dev", "nightly"])
+    run.add_argument("--profile", default="dev", choices=["ci", "dev", "nightly", "mutants"])
     run.add_argument(
         "--seconds",
         type=_float_or_none,

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .reach import FEATURES, TITLES
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO_ROOT / "build" / "fuzz"
 # --streaming: streaming stores (0013) and prefetches (0014) need a kernel
@@ -55,6 +57,9 @@ PROFILES = {
     "ci": Profile("ci", 32, None, 6, True, False, 90),
     "dev": Profile("dev", 100_000, 300, 7, False, True, 240),
     "nightly": Profile("nightly", 1_000_000, 3600, 10, False, True, 900),
+    # make fuzz-mutants: seeded, no example database (one mutant's failures
+    # must not be replayed against the next), stopped by the mutant runner
+    "mutants": Profile("mutants", 100_000, 90, 7, False, False, 0),
 }
 
 
@@ -191,6 +196,7 @@ def run_worker(opts: WorkerOptions) -> None:
             config=case.config,
             dynamic=case.dynamic,
             low_precision=case.low_precision,
+            variant=[f"{name}={value}" for name, value in case.variant()],
             shrinking=bool(failures),
             digest=digest,
         )
@@ -275,8 +281,10 @@ def aggregate(examples: list[dict]) -> dict:
     by_status = collections.Counter(r["status"] for r in examples)
     s: collections.Counter[str] = collections.Counter()
     programs_with: collections.Counter[str] = collections.Counter()
+    reach: collections.Counter[str] = collections.Counter()
     for r in checked:
         st = r["stats"]
+        reach.update(feature for feature, n in st.get("reach", {}).items() if n)
         for key in ("nests_off", "nests_on", "outer_fused_off", "outer_fused_on",
                     "retiled", "reordered", "splits", "streamed", "prefetched",
                     "compile_s_off", "compile_s_on"):  # fmt: skip
@@ -297,10 +305,15 @@ def aggregate(examples: list[dict]) -> dict:
         "status": dict(by_status),
         "totals": dict(s),
         "programs_with": dict(programs_with),
+        # per overlay feature: programs whose kernels its decisions changed
+        "reach": {feature: reach.get(feature, 0) for feature in FEATURES},
         "kinds": dict(kinds.most_common()),
         "configs": dict(collections.Counter(r["config"] for r in checked)),
         "dynamic": sum(1 for r in checked if r.get("dynamic")),
         "low_precision": sum(1 for r in checked if r.get("low_precision")),
+        "variants": dict(
+            collections.Counter(v for r in checked for v in r.get("variant", ()))
+        ),
     }
 
 
@@ -332,8 +345,8 @@ def _progress_line(elapsed: float, records: list[dict]) -> str:
         f" | known {st.get('known', 0)} | noise {st.get('noise', 0)}"
         f" | invalid {st.get('invalid', 0)}"
         f" | overlay changed code {pw.get('code_differs', 0)}"
-        f" | retiled {pw.get('retiled', 0)} | split {pw.get('splits', 0)}"
-        f" | reordered {pw.get('reordered', 0)}"
+        f" | features reached {sum(1 for n in agg['reach'].values() if n)}"
+        f"/{len(agg['reach'])}"
     )
 
 
@@ -609,10 +622,18 @@ def format_summary(summary: Summary) -> str:
             f"{pw.get('more_nests', 0)} "
             "programs (performance, not correctness)"
         ),
+        "",
+        "  feature reach: programs whose kernels the feature's decisions changed",
+        *(
+            f"    {feature} {TITLES[feature]:<38s}{n:6d}"
+            + ("   NOT REACHED" if not n else "")
+            for feature, n in agg["reach"].items()
+        ),
         (
             "  cases: "
             + ", ".join(f"{k} {v}" for k, v in agg["configs"].items())
             + f", dynamic {agg['dynamic']}, low precision {agg['low_precision']}"
+            + "".join(f", {k} {v}" for k, v in agg["variants"].items())
         ),
         "  ops:   " + ", ".join(f"{k} {v}" for k, v in agg["kinds"].items()),
     ]
