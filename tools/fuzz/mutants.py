@@ -72,171 +72,441 @@ PREFETCH = _C + "cpp_outer_loop_prefetch.py"
 
 MUTANTS = (
     # 0002 re-tile
-    Mutant("0002", "steps-not-compared", RETILE,
-           '("var", "size", "offset", "steps")', '("var", "size", "offset")', "check"),
-    Mutant("0002", "one-outer-level-fewer", RETILE,
-           "return list(loops[:depth]) if", "return list(loops[: depth - 1]) if", "bound"),
-    Mutant("0002", "tile-last-fused-level", RETILE,
-           "inner = [i for i in indices if i >= self.min_level]",
-           "inner = [i for i in indices if i >= self.min_level - 1]", "bound"),
-    Mutant("0002", "merge-rejected-anyway", RETILE,
-           '_log(self.node, "rejected: outer levels still differ after re-tiling")\n'
-           "            return False",
-           '_log(self.node, "rejected: outer levels still differ after re-tiling")',
-           "rollback"),
+    Mutant(
+        "0002",
+        "steps-not-compared",
+        RETILE,
+        '("var", "size", "offset", "steps")',
+        '("var", "size", "offset")',
+        "check",
+    ),
+    Mutant(
+        "0002",
+        "one-outer-level-fewer",
+        RETILE,
+        "return list(loops[:depth]) if",
+        "return list(loops[: depth - 1]) if",
+        "bound",
+    ),
+    Mutant(
+        "0002",
+        "tile-last-fused-level",
+        RETILE,
+        "inner = [i for i in indices if i >= self.min_level]",
+        "inner = [i for i in indices if i >= self.min_level - 1]",
+        "bound",
+    ),
+    Mutant(
+        "0002",
+        "merge-rejected-anyway",
+        RETILE,
+        '_log(self.node, "rejected: outer levels still differ after re-tiling")\n'
+        "            return False",
+        '_log(self.node, "rejected: outer levels still differ after re-tiling")',
+        "rollback",
+    ),
     # 0003 split
-    Mutant("0003", "remainder-minus-one", SPLIT,
-           "remainder = size // (target // before)\n",
-           "remainder = size // (target // before) - 1\n", "bound"),
-    Mutant("0003", "inexact-split", SPLIT,
-           "if target % before == 0 and size % (target // before) == 0:",
-           "if target % before == 0:", "check"),
-    Mutant("0003", "members-not-aligned", SPLIT,
-           "        return None  # members do not share one iteration space",
-           "        pass  # members do not share one iteration space", "check"),
-    Mutant("0003", "symbolic-sizes-split", SPLIT,
-           "    if all(isinstance(s, (int, sympy.Integer)) for s in sizes):\n"
-           "        return [int(s) for s in sizes]\n    return None",
-           "    return [int(s) for s in sizes]", "check"),
-    Mutant("0003", "split-outside-rollback", SPLIT,
-           "    if not _under_rollback_scope(leaves):\n        return True\n",
-           "", "rollback"),
+    Mutant(
+        "0003",
+        "remainder-minus-one",
+        SPLIT,
+        "remainder = size // (target // before)\n",
+        "remainder = size // (target // before) - 1\n",
+        "bound",
+    ),
+    Mutant(
+        "0003",
+        "inexact-split",
+        SPLIT,
+        "if target % before == 0 and size % (target // before) == 0:",
+        "if target % before == 0:",
+        "check",
+    ),
+    Mutant(
+        "0003",
+        "members-not-aligned",
+        SPLIT,
+        "        return None  # members do not share one iteration space",
+        "        pass  # members do not share one iteration space",
+        "check",
+    ),
+    Mutant(
+        "0003",
+        "symbolic-sizes-split",
+        SPLIT,
+        "    if all(isinstance(s, (int, sympy.Integer)) for s in sizes):\n"
+        "        return [int(s) for s in sizes]\n    return None",
+        "    return [int(s) for s in sizes]",
+        "check",
+    ),
+    Mutant(
+        "0003",
+        "split-outside-rollback",
+        SPLIT,
+        "    if not _under_rollback_scope(leaves):\n        return True\n",
+        "",
+        "rollback",
+    ),
     # 0004 two-step variance
-    Mutant("0004", "symbolic-rows", COSTS,
-           "return int(expr) if isinstance(expr, (int, sympy.Integer)) else 0",
-           "return int(expr)", "check"),
-    Mutant("0004", "rows-from-1024", COSTS,
-           "if ROW_WORTH_TWO_STEPS <= numel <= ROW_FITS_IN_CACHE and fusable:",
-           "if ROW_WORTH_TWO_STEPS // 2 < numel <= ROW_FITS_IN_CACHE and fusable:",
-           "bound", cost_only="picks Welford or two steps: both compute the variance"),
-    Mutant("0004", "unfusable-rows-too", COSTS,
-           "<= ROW_FITS_IN_CACHE and fusable:", "<= ROW_FITS_IN_CACHE:", "check",
-           cost_only="picks Welford or two steps: both compute the variance"),
+    Mutant(
+        "0004",
+        "symbolic-rows",
+        COSTS,
+        "return int(expr) if isinstance(expr, (int, sympy.Integer)) else 0",
+        "return int(expr)",
+        "check",
+    ),
+    Mutant(
+        "0004",
+        "rows-from-1024",
+        COSTS,
+        "if ROW_WORTH_TWO_STEPS <= numel <= ROW_FITS_IN_CACHE and fusable:",
+        "if ROW_WORTH_TWO_STEPS // 2 < numel <= ROW_FITS_IN_CACHE and fusable:",
+        "bound",
+        cost_only="picks Welford or two steps: both compute the variance",
+    ),
+    Mutant(
+        "0004",
+        "unfusable-rows-too",
+        COSTS,
+        "<= ROW_FITS_IN_CACHE and fusable:",
+        "<= ROW_FITS_IN_CACHE:",
+        "check",
+        cost_only="picks Welford or two steps: both compute the variance",
+    ),
     # 0005 loop ordering after fusion
-    Mutant("0005", "no-restore-when-members-disagree", LOAF,
-           "        snapshot.restore()\n        _normalize_deps(node)",
-           "        _normalize_deps(node)", "rollback"),
-    Mutant("0005", "reindex-kept-without-shared-dep", LOAF,
-           "    if not _share_a_dependency(scheduler, node1, node2):\n"
-           "        snapshot.restore()\n        return False",
-           "    if not _share_a_dependency(scheduler, node1, node2):\n"
-           "        return False", "rollback"),
-    Mutant("0005", "groups-always-agree", LOAF,
-           "return all(tuple(map(tuple, sn.group[1])) in accepted for sn in fused.snodes)",
-           "return True", "check"),
-    Mutant("0005", "stale-group-after-reorder", LOAF,
-           "    else:\n        _recompute_group(node)\n", "", "rollback"),
-    Mutant("0005", "prefix-at-least", LOAF,
-           "        if running == product:", "        if running >= product:", "bound"),
+    Mutant(
+        "0005",
+        "no-restore-when-members-disagree",
+        LOAF,
+        "        snapshot.restore()\n        _normalize_deps(node)",
+        "        _normalize_deps(node)",
+        "rollback",
+    ),
+    Mutant(
+        "0005",
+        "reindex-kept-without-shared-dep",
+        LOAF,
+        "    if not _share_a_dependency(scheduler, node1, node2):\n"
+        "        snapshot.restore()\n        return False",
+        "    if not _share_a_dependency(scheduler, node1, node2):\n"
+        "        return False",
+        "rollback",
+    ),
+    Mutant(
+        "0005",
+        "groups-always-agree",
+        LOAF,
+        "return all(tuple(map(tuple, sn.group[1])) in accepted for sn in fused.snodes)",
+        "return True",
+        "check",
+    ),
+    Mutant(
+        "0005",
+        "stale-group-after-reorder",
+        LOAF,
+        "    else:\n        _recompute_group(node)\n",
+        "",
+        "rollback",
+    ),
+    Mutant(
+        "0005",
+        "prefix-at-least",
+        LOAF,
+        "        if running == product:",
+        "        if running >= product:",
+        "bound",
+    ),
     # 0006 no local buffer under a tiled outer level
-    Mutant("0006", "check-removed", RETILE,
-           "        level.steps != 1\n", "        level.steps != level.steps\n", "check"),
-    Mutant("0006", "one-level-fewer", RETILE,
-           "for level in (_outer_levels(proxy, depth) or ())",
-           "for level in (_outer_levels(proxy, depth - 1) or ())", "bound"),
-    Mutant("0006", "first-kernel-skipped", RETILE,
-           "        for proxy in proxies\n        for level in",
-           "        for proxy in proxies[1:]\n        for level in", "bound"),
+    Mutant(
+        "0006",
+        "check-removed",
+        RETILE,
+        "        level.steps != 1\n",
+        "        level.steps != level.steps\n",
+        "check",
+    ),
+    Mutant(
+        "0006",
+        "one-level-fewer",
+        RETILE,
+        "for level in (_outer_levels(proxy, depth) or ())",
+        "for level in (_outer_levels(proxy, depth - 1) or ())",
+        "bound",
+    ),
+    Mutant(
+        "0006",
+        "first-kernel-skipped",
+        RETILE,
+        "        for proxy in proxies\n        for level in",
+        "        for proxy in proxies[1:]\n        for level in",
+        "bound",
+    ),
     # 0007 erf realized
-    Mutant("0007", "nothing-realized", COSTS,
-           "return not EXPENSIVE_TO_RECOMPUTE.isdisjoint(used_ops)", "return False",
-           "check", cost_only="realizing or inlining a value computes the same value"),
-    Mutant("0007", "everything-realized", COSTS,
-           "return not EXPENSIVE_TO_RECOMPUTE.isdisjoint(used_ops)", "return True",
-           "check", cost_only="realizing or inlining a value computes the same value"),
-    Mutant("0007", "erf-not-listed", COSTS,
-           'frozenset({"erf", "erfc", "erfinv", "expm1"})',
-           'frozenset({"erfc", "erfinv", "expm1"})', "bound",
-           cost_only="realizing or inlining a value computes the same value"),
+    Mutant(
+        "0007",
+        "nothing-realized",
+        COSTS,
+        "return not EXPENSIVE_TO_RECOMPUTE.isdisjoint(used_ops)",
+        "return False",
+        "check",
+        cost_only="realizing or inlining a value computes the same value",
+    ),
+    Mutant(
+        "0007",
+        "everything-realized",
+        COSTS,
+        "return not EXPENSIVE_TO_RECOMPUTE.isdisjoint(used_ops)",
+        "return True",
+        "check",
+        cost_only="realizing or inlining a value computes the same value",
+    ),
+    Mutant(
+        "0007",
+        "erf-not-listed",
+        COSTS,
+        'frozenset({"erf", "erfc", "erfinv", "expm1"})',
+        'frozenset({"erfc", "erfinv", "expm1"})',
+        "bound",
+        cost_only="realizing or inlining a value computes the same value",
+    ),
     # 0008 accumulators
-    Mutant("0008", "tail-kernel-rotates", ACC,
-           "    if count <= 1 or kernel.tail_size:", "    if count <= 1:", "check"),
-    Mutant("0008", "one-slot-not-combined", ACC,
-           "    combined = acc\n    for slot in slots:",
-           "    combined = acc\n    for slot in slots[1:]:", "bound"),
-    Mutant("0008", "rotation-drops-a-slot", ACC,
-           "{moves} {slots[-1]} = rotated; }}", "{moves} {slots[0]} = rotated; }}", "bound"),
-    Mutant("0008", "welford-rotates", ACC,
-           'ROTATABLE_REDUCTIONS = ("sum", "max", "min")',
-           'ROTATABLE_REDUCTIONS = ("sum", "max", "min", "welford_reduce")', "check"),
+    Mutant(
+        "0008",
+        "tail-kernel-rotates",
+        ACC,
+        "    if count <= 1 or kernel.tail_size:",
+        "    if count <= 1:",
+        "check",
+    ),
+    Mutant(
+        "0008",
+        "one-slot-not-combined",
+        ACC,
+        "    combined = acc\n    for slot in slots:",
+        "    combined = acc\n    for slot in slots[1:]:",
+        "bound",
+    ),
+    Mutant(
+        "0008",
+        "rotation-drops-a-slot",
+        ACC,
+        "{moves} {slots[-1]} = rotated; }}",
+        "{moves} {slots[0]} = rotated; }}",
+        "bound",
+    ),
+    Mutant(
+        "0008",
+        "welford-rotates",
+        ACC,
+        'ROTATABLE_REDUCTIONS = ("sum", "max", "min")',
+        'ROTATABLE_REDUCTIONS = ("sum", "max", "min", "welford_reduce")',
+        "check",
+    ),
     # 0009 outer-block fusion
-    Mutant("0009", "read-one-past-block", BLOCK,
-           "bounds.upper <= block - 1", "bounds.upper <= block", "bound"),
-    Mutant("0009", "outer-coefficients-not-compared", BLOCK,
-           "if write.outer_sizes != read.outer_sizes or write.outer_coeffs != "
-           "read.outer_coeffs:",
-           "if write.outer_sizes != read.outer_sizes:", "check"),
-    Mutant("0009", "overlapping-blocks", BLOCK,
-           "        if int(coeff) < span:\n            return False",
-           "        if int(coeff) < span // 2:\n            return False", "bound"),
-    Mutant("0009", "sparse-block-written", BLOCK,
-           "        if stride != expected:\n            return None\n", "", "check"),
-    Mutant("0009", "mutation-allowed", BLOCK,
-           "                return False  # a mutation or an opaque read of the block",
-           "                continue  # a mutation or an opaque read of the block", "check"),
+    Mutant(
+        "0009",
+        "read-one-past-block",
+        BLOCK,
+        "bounds.upper <= block - 1",
+        "bounds.upper <= block",
+        "bound",
+    ),
+    Mutant(
+        "0009",
+        "outer-coefficients-not-compared",
+        BLOCK,
+        "if write.outer_sizes != read.outer_sizes or write.outer_coeffs != "
+        "read.outer_coeffs:",
+        "if write.outer_sizes != read.outer_sizes:",
+        "check",
+    ),
+    Mutant(
+        "0009",
+        "overlapping-blocks",
+        BLOCK,
+        "        if int(coeff) < span:\n            return False",
+        "        if int(coeff) < span // 2:\n            return False",
+        "bound",
+    ),
+    Mutant(
+        "0009",
+        "sparse-block-written",
+        BLOCK,
+        "        if stride != expected:\n            return None\n",
+        "",
+        "check",
+    ),
+    Mutant(
+        "0009",
+        "mutation-allowed",
+        BLOCK,
+        "                return False  # a mutation or an opaque read of the block",
+        "                continue  # a mutation or an opaque read of the block",
+        "check",
+    ),
     # 0010 invariant loads
-    Mutant("0010", "inner-variable-invariant", INV,
-           "if _LOOP_VAR.match(word) and word != inner_var:",
-           "if _LOOP_VAR.match(word):", "check"),
-    Mutant("0010", "written-memory-moved", INV,
-           '        if memory_of(kernel.args, match["ptr"]) in written:\n            continue\n',
-           "", "check"),
-    Mutant("0010", "second-innermost-loop", INV,
-           "    if depth != len(loop_nest.loops) - 1:",
-           "    if depth != len(loop_nest.loops) - 2:", "bound"),
-    Mutant("0010", "aliases-not-resolved", INV,
-           "            if pointer in names:\n                return inner",
-           "            if pointer in names:\n                return pointer", "check"),
+    Mutant(
+        "0010",
+        "inner-variable-invariant",
+        INV,
+        "if _LOOP_VAR.match(word) and word != inner_var:",
+        "if _LOOP_VAR.match(word):",
+        "check",
+    ),
+    Mutant(
+        "0010",
+        "written-memory-moved",
+        INV,
+        '        if memory_of(kernel.args, match["ptr"]) in written:\n'
+        "            continue\n",
+        "",
+        "check",
+    ),
+    Mutant(
+        "0010",
+        "second-innermost-loop",
+        INV,
+        "    if depth != len(loop_nest.loops) - 1:",
+        "    if depth != len(loop_nest.loops) - 2:",
+        "bound",
+    ),
+    Mutant(
+        "0010",
+        "aliases-not-resolved",
+        INV,
+        "            if pointer in names:\n                return inner",
+        "            if pointer in names:\n                return pointer",
+        "check",
+    ),
     # 0011 block local buffers
-    Mutant("0011", "reader-with-more-loops", LOCAL,
-           "            if depth + len(read.inner_ranges) > writer_vars:\n"
-           "                return None  # a loop variable the index rewriting would zero",
-           "            if depth + len(read.inner_ranges) > writer_vars + 1:\n"
-           "                return None  # a loop variable the index rewriting would zero",
-           "bound"),
-    Mutant("0011", "block-size-unchecked", LOCAL,
-           "    if math.prod(inner_sizes) != block:\n        return None\n", "", "check"),
-    Mutant("0011", "users-outside-the-fusion", LOCAL,
-           "    if not output.users or any(", "    if not output.users or all(", "check"),
-    Mutant("0011", "reads-outside-block", LOCAL,
-           "            if not _same_block(write, read):\n                return None\n",
-           "", "check"),
+    Mutant(
+        "0011",
+        "reader-with-more-loops",
+        LOCAL,
+        "            if depth + len(read.inner_ranges) > writer_vars:\n"
+        "                return None  # a loop variable the index rewriting would zero",
+        "            if depth + len(read.inner_ranges) > writer_vars + 1:\n"
+        "                return None  # a loop variable the index rewriting would zero",
+        "bound",
+    ),
+    Mutant(
+        "0011",
+        "block-size-unchecked",
+        LOCAL,
+        "    if math.prod(inner_sizes) != block:\n        return None\n",
+        "",
+        "check",
+    ),
+    Mutant(
+        "0011",
+        "users-outside-the-fusion",
+        LOCAL,
+        "    if not output.users or any(",
+        "    if not output.users or all(",
+        "check",
+    ),
+    Mutant(
+        "0011",
+        "reads-outside-block",
+        LOCAL,
+        "            if not _same_block(write, read):\n                return None\n",
+        "",
+        "check",
+    ),
     # 0012 regroup
-    Mutant("0012", "two-member-nodes", REGROUP,
-           "    if len(members) <= 2:", "    if len(members) <= 1:", "bound"),
-    Mutant("0012", "member-dropped", REGROUP,
-           "node.scheduler, members[:-1], node.outer_loop_fusion_depth",
-           "node.scheduler, members[:-2], node.outer_loop_fusion_depth", "bound"),
-    Mutant("0012", "last-member-not-emitted", REGROUP,
-           "    scheduling.kernel_group.finalize_kernel(proxy, last)\n", "", "other"),
+    Mutant(
+        "0012",
+        "two-member-nodes",
+        REGROUP,
+        "    if len(members) <= 2:",
+        "    if len(members) <= 1:",
+        "bound",
+    ),
+    Mutant(
+        "0012",
+        "member-dropped",
+        REGROUP,
+        "node.scheduler, members[:-1], node.outer_loop_fusion_depth",
+        "node.scheduler, members[:-2], node.outer_loop_fusion_depth",
+        "bound",
+    ),
+    Mutant(
+        "0012",
+        "last-member-not-emitted",
+        REGROUP,
+        "    scheduling.kernel_group.finalize_kernel(proxy, last)\n",
+        "",
+        "other",
+    ),
     # 0013 streaming stores
-    Mutant("0013", "read-back-streamed", STREAM,
-           "if not names or memory_of(args, pointer) in used:", "if not names:", "check"),
-    Mutant("0013", "half-aligned-avx512", STREAM,
-           "(reinterpret_cast<std::uintptr_t>(ptr) & 63) == 0",
-           "(reinterpret_cast<std::uintptr_t>(ptr) & 31) == 0", "bound"),
-    Mutant("0013", "any-dtype", STREAM,
-           "            _dtype(name) == torch.float32 and buffer_bytes(name) >= min_bytes",
-           "            buffer_bytes(name) >= min_bytes", "check"),
-    Mutant("0013", "region-not-braced", STREAM,
-           '            if opening.strip() != "{":\n                return None\n',
-           "", "check"),
+    Mutant(
+        "0013",
+        "read-back-streamed",
+        STREAM,
+        "if not names or memory_of(args, pointer) in used:",
+        "if not names:",
+        "check",
+    ),
+    Mutant(
+        "0013",
+        "half-aligned-avx512",
+        STREAM,
+        "(reinterpret_cast<std::uintptr_t>(ptr) & 63) == 0",
+        "(reinterpret_cast<std::uintptr_t>(ptr) & 31) == 0",
+        "bound",
+    ),
+    Mutant(
+        "0013",
+        "any-dtype",
+        STREAM,
+        "            _dtype(name) == torch.float32 and buffer_bytes(name) >= min_bytes",
+        "            buffer_bytes(name) >= min_bytes",
+        "check",
+    ),
+    Mutant(
+        "0013",
+        "region-not-braced",
+        STREAM,
+        '            if opening.strip() != "{":\n                return None\n',
+        "",
+        "check",
+    ),
     # 0014 prefetch
-    Mutant("0014", "symbolic-step", PREFETCH,
-           "    if not isinstance(outer.steps, (int, sympy.Integer)):\n"
-           "        return  # a symbolic step (dynamic shapes)\n", "", "check"),
-    Mutant("0014", "prefetch-before-loop-body", PREFETCH,
-           "            lines.insert(index, _prefetch(text, load, rows.ahead(load)))",
-           "            lines.insert(start, _prefetch(text, load, rows.ahead(load)))",
-           "bound"),
-    Mutant("0014", "nested-loop-not-refused", PREFETCH,
-           "            return False  # a nested loop first: not the same iteration space",
-           "            continue  # a nested loop first: not the same iteration space",
-           "check"),
-    Mutant("0014", "last-pass-off-by-one", PREFETCH,
-           "    code._lines[starts[-1] :] = rewritten",
-           "    code._lines[starts[-1] - 1 :] = rewritten", "bound"),
-)  # fmt: skip
+    Mutant(
+        "0014",
+        "symbolic-step",
+        PREFETCH,
+        "    if not isinstance(outer.steps, (int, sympy.Integer)):\n"
+        "        return  # a symbolic step (dynamic shapes)\n",
+        "",
+        "check",
+    ),
+    Mutant(
+        "0014",
+        "prefetch-before-loop-body",
+        PREFETCH,
+        "            lines.insert(index, _prefetch(text, load, rows.ahead(load)))",
+        "            lines.insert(start, _prefetch(text, load, rows.ahead(load)))",
+        "bound",
+    ),
+    Mutant(
+        "0014",
+        "nested-loop-not-refused",
+        PREFETCH,
+        "            return False  # a nested loop first: not the same iteration space",
+        "            continue  # a nested loop first: not the same iteration space",
+        "check",
+    ),
+    Mutant(
+        "0014",
+        "last-pass-off-by-one",
+        PREFETCH,
+        "    code._lines[starts[-1] :] = rewritten",
+        "    code._lines[starts[-1] - 1 :] = rewritten",
+        "bound",
+    ),
+)
 
 
 class StaleMutant(Exception):
@@ -287,7 +557,10 @@ def shadow_env(mutant: Mutant, directory: Path, root: Path | None = None) -> dic
     (directory / "sitecustomize.py").write_text(
         _SITECUSTOMIZE.format(module=mutant.module, path=str(module_file))
     )
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(directory), str(REPO_ROOT)])}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(directory), str(REPO_ROOT)]),
+    }
 
 
 @dataclasses.dataclass
@@ -315,16 +588,26 @@ def _examples(run_dir: Path) -> list[dict]:
 
 
 def run_one(
-    mutant: Mutant | None, out: Path, *, seconds: float, seed: int, profile: str,
+    mutant: Mutant | None,
+    out: Path,
+    *,
+    seconds: float,
+    seed: int,
+    profile: str,
     log=print,
-) -> Outcome:  # fmt: skip
+) -> Outcome:
     """Fuzz with ``mutant`` (None: the control) until a failure or ``seconds``."""
     ident = mutant.ident if mutant else "control"
     work = out / ident
     run_dir, repro_dir = work / "run", work / "repros"
     feature = mutant.feature if mutant else ""
-    outcome = Outcome(ident, feature, mutant.kind if mutant else "", "error",
-                      cost_only=mutant.cost_only if mutant else "")  # fmt: skip
+    outcome = Outcome(
+        ident,
+        feature,
+        mutant.kind if mutant else "",
+        "error",
+        cost_only=mutant.cost_only if mutant else "",
+    )
     try:
         env = (
             shadow_env(mutant, work / "shadow")
@@ -335,19 +618,41 @@ def run_one(
         outcome.status, outcome.detail = "stale", str(exc)
         return outcome
     cmd = [
-        sys.executable, "-m", "tools.fuzz", "run", "--profile", profile,
-        "--workers", "1", "--seed", str(seed), "--seconds", str(seconds),
-        "--out", str(run_dir), "--repro-dir", str(repro_dir), "--no-shrink",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "tools.fuzz",
+        "run",
+        "--profile",
+        profile,
+        "--workers",
+        "1",
+        "--seed",
+        str(seed),
+        "--seconds",
+        str(seconds),
+        "--out",
+        str(run_dir),
+        "--repro-dir",
+        str(repro_dir),
+        "--no-shrink",
+    ]
     start = time.time()
     with (work / "fuzz.log").open("w") as log_file:
         work.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log_file,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         failed = None
         while proc.poll() is None:
             time.sleep(2.0)
-            failed = next((r for r in _examples(run_dir) if r["status"] == "ours"), None)
+            failed = next(
+                (r for r in _examples(run_dir) if r["status"] == "ours"), None
+            )
             if failed is not None or time.time() - start > seconds + 240:
                 os.killpg(proc.pid, signal.SIGTERM)  # the first failure is enough
                 try:
@@ -376,21 +681,33 @@ def run_one(
         )
     else:
         outcome.status = "survived"
-    log(f"mutants: {ident:<48s} {outcome.status:<8s} {outcome.seconds:6.0f} s, "
-        f"{outcome.programs} programs, feature reached in {outcome.reached}")  # fmt: skip
+    log(
+        f"mutants: {ident:<48s} {outcome.status:<8s} {outcome.seconds:6.0f} s, "
+        f"{outcome.programs} programs, feature reached in {outcome.reached}"
+    )
     return outcome
 
 
 def run_mutants(
-    *, seconds: float = 90, seed: int = 0, profile: str = "mutants",
-    only: str = "", out: Path | None = None, log=print,
-) -> dict:  # fmt: skip
+    *,
+    seconds: float = 90,
+    seed: int = 0,
+    profile: str = "mutants",
+    only: str = "",
+    out: Path | None = None,
+    log=print,
+) -> dict:
     out = Path(out or DEFAULT_OUT)
     out.mkdir(parents=True, exist_ok=True)
-    selected = [m for m in MUTANTS if not only or m.feature in only.split(",")
-                or m.ident in only.split(",")]  # fmt: skip
-    log(f"mutants: {len(selected)} mutants, {seconds:.0f} s each, seed {seed}, "
-        f"profile {profile}, one worker; control run first")  # fmt: skip
+    selected = [
+        m
+        for m in MUTANTS
+        if not only or m.feature in only.split(",") or m.ident in only.split(",")
+    ]
+    log(
+        f"mutants: {len(selected)} mutants, {seconds:.0f} s each, seed {seed}, "
+        f"profile {profile}, one worker; control run first"
+    )
     control = run_one(None, out, seconds=seconds, seed=seed, profile=profile, log=log)
     outcomes = []
     if control.status == "survived":  # the control must pass
@@ -416,9 +733,21 @@ def run_mutants(
 def _per_feature(outcomes: list[Outcome]) -> dict:
     table: dict[str, dict] = {}
     for o in outcomes:
-        row = table.setdefault(o.feature, dict.fromkeys(
-            ("mutants", "killed", "survived", "stale", "error", "cost_only",
-             "cost_only_killed"), 0))  # fmt: skip
+        row = table.setdefault(
+            o.feature,
+            dict.fromkeys(
+                (
+                    "mutants",
+                    "killed",
+                    "survived",
+                    "stale",
+                    "error",
+                    "cost_only",
+                    "cost_only_killed",
+                ),
+                0,
+            ),
+        )
         row["mutants"] += 1
         if o.cost_only:
             row["cost_only"] += 1
@@ -430,29 +759,35 @@ def _per_feature(outcomes: list[Outcome]) -> dict:
 
 def kill_rate(report: dict, *, include_cost_only: bool = False) -> float:
     rows = report["features"].values()
-    killed = sum(r["killed"] + (r["cost_only_killed"] if include_cost_only else 0)
-                 for r in rows)  # fmt: skip
-    total = sum(r["killed"] + r["survived"] + (r["cost_only"] if include_cost_only else 0)
-                for r in rows)  # fmt: skip
+    killed = sum(
+        r["killed"] + (r["cost_only_killed"] if include_cost_only else 0) for r in rows
+    )
+    total = sum(
+        r["killed"] + r["survived"] + (r["cost_only"] if include_cost_only else 0)
+        for r in rows
+    )
     return killed / total if total else 0.0
 
 
 def format_report(report: dict) -> str:
     control = report["control"]
+    control_detail = f"; {control['detail']}" if control["detail"] else ""
     lines = [
         f"# Overlay mutants ({report['date']})",
         "",
         f"Fuzzer: profile `{report['profile']}`, one worker, seed {report['seed']}, "
-        f"{report['seconds_per_mutant']:.0f} s per mutant, stopped at the first failure.",
+        f"{report['seconds_per_mutant']:.0f} s per mutant, stopped at the first "
+        "failure.",
         f"Control run (no mutant): **{control['status']}** "
-        f"({control['programs']} programs{'; ' + control['detail'] if control['detail'] else ''}).",
+        f"({control['programs']} programs{control_detail}).",
         "",
-    ]  # fmt: skip
+    ]
     if control["status"] != "survived":
         lines.append("The control run did not pass: no mutant was run.")
         return "\n".join(lines) + "\n"
     lines += [
-        "| feature | mutants | killed | survived | stale | cost-only (killed) | kill rate |",
+        "| feature | mutants | killed | survived | stale | cost-only (killed) "
+        "| kill rate |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for feature, r in report["features"].items():
@@ -482,21 +817,30 @@ def format_report(report: dict) -> str:
     lines += ["", "## Killed", ""]
     for m in report["mutants"]:
         if m["status"] == "killed" and not m["cost_only"]:
-            lines.append(f"- `{m['ident']}` in {m['seconds']:.0f} s: {m['detail'][:160]}")
+            lines.append(
+                f"- `{m['ident']}` in {m['seconds']:.0f} s: {m['detail'][:160]}"
+            )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m tools.fuzz.mutants", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.fuzz.mutants",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--seconds", type=float, default=90, help="budget per mutant")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", default="mutants")
-    parser.add_argument("--only", default="", help="features or mutant ids, comma-separated")
+    parser.add_argument(
+        "--only", default="", help="features or mutant ids, comma-separated"
+    )
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--list", action="store_true", help="list mutants, mark stale ones")
+    parser.add_argument(
+        "--list", action="store_true", help="list mutants, mark stale ones"
+    )
     args = parser.parse_args(argv)
     if args.list:
         stale = 0
@@ -506,10 +850,18 @@ def main(argv: list[str] | None = None) -> int:
                 state = "ok"
             except StaleMutant as exc:
                 state, stale = f"STALE: {exc}", stale + 1
-            print(f"{m.ident:<48s} {m.kind:<8s} {'cost-only ' if m.cost_only else ''}{state}")
+            print(
+                f"{m.ident:<48s} {m.kind:<8s} "
+                f"{'cost-only ' if m.cost_only else ''}{state}"
+            )
         return 1 if stale else 0
-    report = run_mutants(seconds=args.seconds, seed=args.seed, profile=args.profile,
-                         only=args.only, out=args.out)  # fmt: skip
+    report = run_mutants(
+        seconds=args.seconds,
+        seed=args.seed,
+        profile=args.profile,
+        only=args.only,
+        out=args.out,
+    )
     return 0 if report["control"]["status"] == "survived" else 1
 
 

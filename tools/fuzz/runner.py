@@ -9,7 +9,7 @@ and the worker writes a repro to ``test/regressions/`` (``repro.py``).
 
 Profiles (hypothesis settings plus strategy size):
 
-``ci``       32 programs, derandomized (fixed seeds), no example database;
+``ci``       the seed programs (corpus.py) and 24 generated ones, derandomized (fixed seeds), no example database;
              what ``make test`` runs (test/test_fuzz.py)
 ``dev``      until ``--seconds`` (default 300) or ``--examples``; random
              seeds unless given; failures are saved in .hypothesis/ and
@@ -54,7 +54,7 @@ class Profile:
 
 
 PROFILES = {
-    "ci": Profile("ci", 32, None, 6, True, False, 90),
+    "ci": Profile("ci", 24, None, 6, True, False, 90),
     "dev": Profile("dev", 100_000, 300, 7, False, True, 240),
     "nightly": Profile("nightly", 1_000_000, 3600, 10, False, True, 900),
     # make fuzz-mutants: seeded, no example database (one mutant's failures
@@ -90,6 +90,7 @@ class WorkerOptions:
     focus: str = "all"
     shrink: bool = True
     max_ops: int | None = None
+    workers: int = 1  # how many share the seed programs (corpus.py)
 
 
 class _Recorder:
@@ -115,23 +116,45 @@ def case_from_json(data: dict):
     return FuzzCase(**{**data, "inputs": inputs, "kinds": tuple(data.get("kinds", ()))})
 
 
+# Where the dev and nightly profiles keep failing examples, to replay them
+# first next time: .hypothesis/fuzz, or $FUZZ_HYPOTHESIS_DB (make fuzz
+# FUZZ_DB=...): a directory on shared storage, or redis://host:port/db for
+# hypothesis' Redis database (pip install redis); both are read and written
+# next to the local directory, so that machines share what each one found.
+DATABASE_ENV = "FUZZ_HYPOTHESIS_DB"
+
+
+def example_database(location: str | None = None):
+    from hypothesis.database import (
+        DirectoryBasedExampleDatabase,
+        MultiplexedDatabase,
+    )
+
+    local = DirectoryBasedExampleDatabase(str(REPO_ROOT / ".hypothesis" / "fuzz"))
+    location = os.environ.get(DATABASE_ENV, "") if location is None else location
+    if not location:
+        return local
+    if location.startswith("redis://"):
+        import redis
+        from hypothesis.extra.redis import RedisExampleDatabase
+
+        shared = RedisExampleDatabase(redis.Redis.from_url(location))
+    else:
+        shared = DirectoryBasedExampleDatabase(location)
+    return MultiplexedDatabase(local, shared)
+
+
 def hypothesis_settings(profile: Profile, examples: int, shrink: bool):
     from hypothesis import HealthCheck, Phase, settings
-    from hypothesis.database import DirectoryBasedExampleDatabase
 
     phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
     if shrink:
         phases.append(Phase.shrink)
-    database = (
-        DirectoryBasedExampleDatabase(str(REPO_ROOT / ".hypothesis" / "fuzz"))
-        if profile.database
-        else None
-    )
     return settings(
         max_examples=max(1, examples),
         deadline=None,
         derandomize=profile.derandomize,
-        database=database,
+        database=example_database() if profile.database else None,
         phases=phases,
         print_blob=False,
         report_multiple_bugs=True,
@@ -142,9 +165,10 @@ def hypothesis_settings(profile: Profile, examples: int, shrink: bool):
 def run_worker(opts: WorkerOptions) -> None:
     import warnings
 
-    from hypothesis import given, reject, seed
+    from hypothesis import example, given, reject, seed
 
     from .check import check_case
+    from .corpus import corpus_for
     from .repro import known_crashes, signature, write_repro
     from .strategy import StrategyParams, fuzz_cases
 
@@ -221,10 +245,11 @@ def run_worker(opts: WorkerOptions) -> None:
                 "stock", kind=result.kind, message=result.message[:2000], path=str(path)
             )
 
+    test = given(fuzz_cases(params))(fuzz_one)
+    for case in reversed(corpus_for(opts.index, opts.workers)):
+        test = example(case)(test)  # seed programs run first
     test = seed(opts.seed)(
-        hypothesis_settings(profile, opts.examples, opts.shrink)(
-            given(fuzz_cases(params))(fuzz_one)
-        )
+        hypothesis_settings(profile, opts.examples, opts.shrink)(test)
     )
     reason = "examples"
     try:
@@ -365,6 +390,7 @@ def _worker_command(
         "--index", str(opts.index), "--seed", str(opts.seed),
         "--examples", str(opts.examples), "--deadline", repr(opts.deadline),
         "--profile", opts.profile, "--out", str(opts.out_dir),
+        "--workers", str(opts.workers),
         "--repro-dir", str(opts.repro_dir), "--focus", opts.focus,
     ]  # fmt: skip
     if not opts.shrink:
@@ -442,6 +468,7 @@ def run_fuzz(
             focus=focus,
             shrink=shrink,
             max_ops=max_ops,
+            workers=workers,
         )
         log_file = (out_dir / f"worker{i}.log").open("w")
         proc = subprocess.Popen(

@@ -518,12 +518,16 @@ def _rows_family(draw, b: _Builder) -> None:
     """Norms and row reductions over (rows, L) or GroupNorm over (N, C, L):
     re-tiling, splits, two-step variance, erf, accumulators, invariant loads,
     streaming and prefetch (0002-0004, 0007, 0008, 0010, 0013, 0014)."""
-    core = draw(st.sampled_from(["layer_norm", "group_norm", "rms_norm",
-                                 "manual_layer_norm", "softmax", "reduce_combine"]))  # fmt: skip
+    cores = ["layer_norm", "group_norm", "rms_norm", "manual_layer_norm", "softmax"]
+    core = draw(st.sampled_from([*cores, "reduce_combine"]))
     length = draw(st.sampled_from(ROW_SIZES))
     if core == "group_norm":
         channels = draw(st.sampled_from([4, 8, 6, 16, 32, 12]))
-        shape = [draw(st.sampled_from(ROW_COUNTS)), channels, max(1, length // channels)]
+        shape = [
+            draw(st.sampled_from(ROW_COUNTS)),
+            channels,
+            max(1, length // channels),
+        ]
     else:
         shape = [draw(st.sampled_from(ROW_COUNTS)), length]
     x = _data(b, _capped(shape, b.params.max_numel))
@@ -547,7 +551,13 @@ def _rows_family(draw, b: _Builder) -> None:
             params["dim"] = -1
         x = _op(b, "norm", args, **params)
     elif core == "softmax":
-        x = _op(b, "softmax", [x], op=draw(st.sampled_from(["softmax", "log_softmax"])), dim=-1)
+        x = _op(
+            b,
+            "softmax",
+            [x],
+            op=draw(st.sampled_from(["softmax", "log_softmax"])),
+            dim=-1,
+        )
     else:
         red = draw(st.sampled_from(["sum", "amax", "amin", "mean", "var"]))
         extra = {"correction": 0} if red == "var" else {}
@@ -570,7 +580,13 @@ def _block_family(draw, b: _Builder) -> None:
         s = _op(b, "reduce", [e], op="sum", dims=(1,), keepdim=True)
         _op(b, "binary", [e, s], op="div")
     elif how == "softmax":
-        _op(b, "softmax", [x], op=draw(st.sampled_from(["softmax", "log_softmax"])), dim=1)
+        _op(
+            b,
+            "softmax",
+            [x],
+            op=draw(st.sampled_from(["softmax", "log_softmax"])),
+            dim=1,
+        )
     elif how == "two":  # centering, then scaling by the centered rows' norm
         m = _op(b, "reduce", [x], op="mean", dims=(1,), keepdim=True)
         c = _op(b, "binary", [x, m], op="sub")
