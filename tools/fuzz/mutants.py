@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -608,6 +609,8 @@ def run_one(
         "error",
         cost_only=mutant.cost_only if mutant else "",
     )
+    shutil.rmtree(work, ignore_errors=True)  # fresh run and repro directories
+    work.mkdir(parents=True)
     try:
         env = (
             shadow_env(mutant, work / "shadow")
@@ -638,7 +641,6 @@ def run_one(
     ]
     start = time.time()
     with (work / "fuzz.log").open("w") as log_file:
-        work.mkdir(parents=True, exist_ok=True)
         proc = subprocess.Popen(
             cmd,
             cwd=REPO_ROOT,
