@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 
 from tools.fuzz import check, mutants, reach
 from tools.fuzz.check import CheckResult, check_case, compare
+from tools.fuzz.corpus import CORPUS
 from tools.fuzz.overlay_coverage import site_root
 from tools.fuzz.program import FuzzCase, InputSpec
 from tools.fuzz.repro import known_crashes, signature, write_repro
@@ -168,13 +169,11 @@ def test_fuzz_ci_profile(tmp_path):
 
 
 def test_reach_counts_the_decisions_of_the_flags_on_run():
-    """GroupNorm(4, 16): the split (0003) and the re-tile (0002) change its
-    kernels with the flags on; with them off no feature decides anything."""
-    gn = FuzzCase(
-        "import torch\nimport torch.nn.functional as F\n\n\ndef program(x0):\n"
-        "    v1 = F.group_norm(x0, 4, None, None, eps=1e-5)\n    return (v1,)\n",
-        (InputSpec((2, 16, 8, 8)),),
-    )
+    """GroupNorm(2, 4) with weight and bias (the last seed program): the split
+    (0003) and the re-tile (0002) change its kernels with the flags on; with
+    them off no feature decides anything."""
+    gn = CORPUS[-1]
+    assert "F.group_norm(x0, 2, w1, w2" in gn.source
     fn, args = gn.build(), gn.make_inputs()
     off = check._compile(gn, fn, args, overlay=False)
     on = check._compile(gn, fn, args, overlay=True)

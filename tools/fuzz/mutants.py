@@ -293,7 +293,7 @@ MUTANTS = (
         "rotation-drops-a-slot",
         ACC,
         "{moves} {slots[-1]} = rotated; }}",
-        "{moves} {slots[0]} = rotated; }}",
+        "{moves} }}",
         "bound",
     ),
     Mutant(
@@ -696,11 +696,32 @@ def run_mutants(
     seed: int = 0,
     profile: str = "mutants",
     only: str = "",
+    survivors: bool = False,
     out: Path | None = None,
     log=print,
 ) -> dict:
+    """Run the control, then the selected mutants; write and return the report.
+
+    ``survivors``: rerun only the mutants that survived (or errored) in the
+    report in ``out`` (those of them in ``only``, if given), keeping the
+    other outcomes of that report.
+    """
     out = Path(out or DEFAULT_OUT)
     out.mkdir(parents=True, exist_ok=True)
+    previous: dict[str, Outcome] = {}
+    if survivors:
+        old = json.loads((out / "report.json").read_text())
+        previous = {m["ident"]: Outcome(**m) for m in old["mutants"]}
+        wanted = only.split(",") if only else []
+        only = ",".join(
+            ident
+            for ident, o in previous.items()
+            if o.status in ("survived", "error")
+            and (not wanted or ident in wanted or o.feature in wanted)
+        )
+        if not only:
+            log("mutants: no survivors to rerun")
+            return old
     selected = [
         m
         for m in MUTANTS
@@ -717,8 +738,18 @@ def run_mutants(
             run_one(m, out, seconds=seconds, seed=seed, profile=profile, log=log)
             for m in selected
         ]
+    rerun = [o.ident for o in outcomes]
+    if previous:
+        outcomes = [
+            o
+            for o in [*previous.values(), *outcomes]
+            if o.ident not in rerun or o in outcomes
+        ]
+        order = [m.ident for m in MUTANTS]
+        outcomes.sort(key=lambda o: order.index(o.ident) if o.ident in order else 0)
     report = {
         "date": time.strftime("%Y-%m-%d"),
+        "rerun": rerun if previous else [],
         "seconds_per_mutant": seconds,
         "seed": seed,
         "profile": profile,
@@ -787,6 +818,12 @@ def format_report(report: dict) -> str:
     if control["status"] != "survived":
         lines.append("The control run did not pass: no mutant was run.")
         return "\n".join(lines) + "\n"
+    if report.get("rerun"):
+        lines += [
+            f"Rerun of the {len(report['rerun'])} survivors of an earlier report "
+            "(with the same budget); the other outcomes are that report's.",
+            "",
+        ]
     lines += [
         "| feature | mutants | killed | survived | stale | cost-only (killed) "
         "| kill rate |",
@@ -841,6 +878,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="rerun the survivors of the report in --out, keep the other outcomes",
+    )
+    parser.add_argument(
         "--list", action="store_true", help="list mutants, mark stale ones"
     )
     args = parser.parse_args(argv)
@@ -862,6 +904,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         profile=args.profile,
         only=args.only,
+        survivors=args.survivors,
         out=args.out,
     )
     return 0 if report["control"]["status"] == "survived" else 1

@@ -605,8 +605,12 @@ def _block_family(draw, b: _Builder) -> None:
 def _layout_family(draw, b: _Builder) -> None:
     """Permutes, transposes and reshapes next to reductions: loop ordering
     after fusion (0005), and the regrouping of fusions it forms (0012)."""
-    how = draw(st.sampled_from(["permute_reduce", "reduce_permute", "regroup",
-                                "reshape_reduce"]))  # fmt: skip
+    how = draw(
+        st.sampled_from(
+            ["permute_reduce", "transpose_center", "reduce_permute", "regroup",
+             "reshape_reduce"]
+        )
+    )  # fmt: skip
     dims = [draw(st.sampled_from(BLOCK_N)), draw(st.sampled_from(BLOCK_C)),
             draw(st.sampled_from(BLOCK_L))]  # fmt: skip
     if how == "regroup":  # min over a middle dim, log_softmax over another
@@ -615,6 +619,14 @@ def _layout_family(draw, b: _Builder) -> None:
         v = _op(b, "reduce", [x], op=draw(st.sampled_from(["amin", "amax", "sum"])),
                 dims=(2,), keepdim=True)  # fmt: skip
         _op(b, "softmax", [v], op="log_softmax", dim=1)
+        return
+    if how == "transpose_center":  # a reorder toward a column reduction
+        x = _data(b, (dims[1] * dims[0], dims[2]))
+        t = _op(b, "permute", [x], perm=(1, 0), contiguous=True)
+        t = _op(b, "unary", [t], op=draw(st.sampled_from(["affine", "relu", "square"])))
+        r = _op(b, "reduce", [t], op=draw(st.sampled_from(["sum", "amax", "mean"])),
+                dims=(0,), keepdim=True)  # fmt: skip
+        _op(b, "binary", [t, r], op=draw(st.sampled_from(["add", "sub", "mul"])))
         return
     layout = draw(st.sampled_from(["contiguous", "transposed"]))
     x = _data(b, _capped(dims, b.params.max_numel), layout)
@@ -701,8 +713,9 @@ def fuzz_cases(draw, params: StrategyParams = StrategyParams()) -> FuzzCase:
         input_seed=draw(st.integers(0, 2**16)),
         dynamic=dynamic,
         config=draw(st.sampled_from(list(CONFIGS))),
-        # every flag (loop ordering after fusion on) or the shipped defaults
-        flags=draw(st.sampled_from(["all", "shipped"])),
+        # every flag (loop ordering after fusion on: two cases in three) or
+        # the shipped defaults
+        flags=draw(st.sampled_from(["all", "all", "shipped"])),
         threads=draw(st.sampled_from([0, 1, 2, 4])),
         cache_bytes=draw(st.sampled_from(CACHE_BYTES)),
     )
