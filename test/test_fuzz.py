@@ -170,15 +170,15 @@ def test_fuzz_ci_profile(tmp_path):
 
 def test_reach_counts_the_decisions_of_the_flags_on_run():
     """GroupNorm(2, 4) with weight and bias (the last seed program): the split
-    (0003) and the re-tile (0002) change its kernels with the flags on; with
-    them off no feature decides anything."""
+    (0003) changes its kernels once with the flags on; with them off no
+    feature decides anything."""
     gn = CORPUS[-1]
     assert "F.group_norm(x0, 2, w1, w2" in gn.source
     fn, args = gn.build(), gn.make_inputs()
     off = check._compile(gn, fn, args, overlay=False)
     on = check._compile(gn, fn, args, overlay=True)
     assert not any(off[3].values()), off[3]
-    assert on[3]["0003"] == 1 and on[3]["0002"] >= 1, on[3]
+    assert on[3]["0003"] == 1, on[3]
 
 
 def test_reach_wraps_every_feature_decision():
