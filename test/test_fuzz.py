@@ -329,6 +329,19 @@ def test_fuzzer_catches_a_broken_split(tmp_path):
     assert without.returncode == 0, without.stdout + without.stderr
 
 
+def test_a_shared_example_database_is_written_next_to_the_local_one(tmp_path):
+    from hypothesis.database import MultiplexedDatabase
+
+    from tools.fuzz.runner import example_database
+
+    db = example_database(str(tmp_path / "shared"))
+    assert isinstance(db, MultiplexedDatabase)
+    db.save(b"key", b"failing example")
+    shared = example_database(str(tmp_path / "shared"))
+    assert b"failing example" in set(shared.fetch(b"key"))
+    db.delete(b"key", b"failing example")
+
+
 def test_check_result_flags():
     assert CheckResult("ours", "crash with flags on").crashed
     assert CheckResult("ours", "flags on disagrees with flags off").failed

@@ -126,8 +126,11 @@ DATABASE_ENV = "FUZZ_HYPOTHESIS_DB"
 
 
 def example_database(location: str | None = None):
+    """The local database, multiplexed with the shared one at ``location``
+    (default: $FUZZ_HYPOTHESIS_DB) if any."""
     from hypothesis.database import (
         DirectoryBasedExampleDatabase,
+        ExampleDatabase,
         MultiplexedDatabase,
     )
 
@@ -135,6 +138,7 @@ def example_database(location: str | None = None):
     location = os.environ.get(DATABASE_ENV, "") if location is None else location
     if not location:
         return local
+    shared: ExampleDatabase
     if location.startswith("redis://"):
         import redis
         from hypothesis.extra.redis import RedisExampleDatabase
@@ -636,8 +640,8 @@ def format_summary(summary: Summary) -> str:
         on_only("re-tiled merges (programs)", "retiled"),
         on_only("outer-loop splits applied (programs)", "splits"),
         on_only("loop reorders (programs)", "reordered"),
-        on_only("streamed stores (programs)", "streamed"),
-        on_only("prefetched loads (programs)", "prefetched"),
+        on_only("kernels with streamed stores (programs)", "streamed"),
+        on_only("kernels with prefetches (programs)", "prefetched"),
         f"    {'compile time, mean s':<36s}{mean('compile_s_off'):9.2f}   "
         f"{mean('compile_s_on'):9.2f}",
         (
