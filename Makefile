@@ -23,7 +23,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes fuzz build wheel rebase-check pr lint upstream-test clean
+.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes fuzz fuzz-mutants build wheel rebase-check pr lint upstream-test clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -36,7 +36,9 @@ help:
 	@echo "make bench       benchmarks: eager vs stock vs patched -> bench/results/"
 	@echo "make bench-shapes  the same over normalizations of many shapes"
 	@echo "make fuzz        random programs: eager vs overlay flags off vs on (FUZZ_SECONDS,"
-	@echo "                 FUZZ_EXAMPLES, FUZZ_SEED, FUZZ_PROFILE, FUZZ_WORKERS, FUZZ_COVERAGE=1)"
+	@echo "                 FUZZ_EXAMPLES, FUZZ_SEED, FUZZ_PROFILE, FUZZ_WORKERS, FUZZ_COVERAGE=1,"
+	@echo "                 FUZZ_DB=shared dir or redis://host:port/0)"
+	@echo "make fuzz-mutants  mutation testing of the overlay with the fuzzer (MUTANT_SECONDS)"
 	@echo "make verify      check .venv's torch against the pinned upstream hashes"
 	@echo "make status      what is applied to .venv's torch"
 	@echo "make uninstall   revert .venv's torch to pristine"
@@ -134,12 +136,24 @@ FUZZ_SEED ?=
 FUZZ_WORKERS ?= $(shell nproc)
 FUZZ_COVERAGE ?= 0
 FUZZ_ARGS ?=
+# FUZZ_DB: hypothesis' example database shared between machines, a directory
+# on shared storage or redis://host:port/0 (README "Fuzzing")
+FUZZ_DB ?= $(FUZZ_HYPOTHESIS_DB)
+export FUZZ_HYPOTHESIS_DB := $(FUZZ_DB)
 fuzz: install
 	@if [ "$(FUZZ_COVERAGE)" = 1 ]; then $(VENV_PY) -c 'import coverage' 2>/dev/null \
 	  || $(VENV_PY) -m pip install --quiet coverage; fi
 	$(VENV_PY) -m tools.fuzz run --profile "$(FUZZ_PROFILE)" --seconds "$(FUZZ_SECONDS)" \
 	  --examples "$(FUZZ_EXAMPLES)" --seed "$(FUZZ_SEED)" --workers "$(FUZZ_WORKERS)" \
 	  $(if $(filter 1,$(FUZZ_COVERAGE)),--coverage) $(FUZZ_ARGS)
+
+# make fuzz-mutants: the overlay's hand-written mutants, one fuzz run each
+# (one worker, MUTANT_SECONDS each, stopped at the first failure) after a
+# control run -> build/fuzz-mutants/report.md.  MUTANT_ARGS e.g. --only 0009,0011
+MUTANT_SECONDS ?= 90
+MUTANT_ARGS ?=
+fuzz-mutants: install
+	$(VENV_PY) -m tools.fuzz.mutants --seconds "$(MUTANT_SECONDS)" $(MUTANT_ARGS)
 
 demo: install
 	@if [ -f tools/demo.py ]; then $(VENV_PY) -m tools.demo; else echo "no tools/demo.py yet"; fi

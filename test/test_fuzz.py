@@ -1,10 +1,11 @@
 """The fusion fuzzer (tools/fuzz): its parts, the `ci` profile, a mutant it must catch.
 
-The `ci` run compiles 32 random programs twice each (overlay flags off
-and on) in two worker processes; the mutant test runs the fuzzer against a
-temporary copy of the installed cpp_outer_loop_split.py with an off-by-one,
-imported in place of the real module by a sitecustomize on PYTHONPATH.  The
-real tree and .venv are never modified.
+The `ci` run compiles the seed programs and 32 random programs twice each
+(overlay flags off and on) in two worker processes, and must reach every
+overlay feature; the mutant test runs the fuzzer against a temporary copy of
+the installed cpp_outer_loop_split.py with an off-by-one (one of
+tools/fuzz/mutants.py's), imported in place of the real module by a
+sitecustomize on PYTHONPATH.  The real tree and .venv are never modified.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,22 +21,18 @@ import torch
 from conftest import REPO_ROOT
 from hypothesis import HealthCheck, given, settings
 
-from tools.fuzz import check
+from tools.fuzz import check, mutants, reach
 from tools.fuzz.check import CheckResult, check_case, compare
+from tools.fuzz.corpus import CORPUS
 from tools.fuzz.overlay_coverage import site_root
 from tools.fuzz.program import FuzzCase, InputSpec
 from tools.fuzz.repro import known_crashes, signature, write_repro
 from tools.fuzz.runner import _crashed_workers, case_to_json, run_fuzz
 from tools.fuzz.strategy import fuzz_cases
 
-SPLIT_MODULE = "torch._inductor.codegen.cpp_outer_loop_split"
-SPLIT_FILE = "torch/_inductor/codegen/cpp_outer_loop_split.py"
 # Off by one in the exact split: the consumer loops over one slice too few per
 # outer iteration, so part of its output is never written (reads stay in bounds).
-MUTATION = (
-    "remainder = size // (target // before)\n",
-    "remainder = size // (target // before) - 1\n",
-)
+SPLIT_MUTANT = next(m for m in mutants.MUTANTS if m.ident == "0003-remainder-minus-one")
 
 RELU_SOURCE = (
     "import torch\nimport torch.nn.functional as F\n\n\n"
@@ -153,7 +149,8 @@ def test_a_dead_worker_leaves_a_repro_of_its_last_program(tmp_path):
 
 
 def test_fuzz_ci_profile(tmp_path):
-    """`make test`'s share of fuzzing: no overlay failure; the overlay was reached."""
+    """`make test`'s share of fuzzing: no overlay failure; every overlay
+    feature changed the kernels of at least one program."""
     lines: list[str] = []
     summary = run_fuzz("ci", seed=0, workers=min(2, os.cpu_count() or 1),
                        out_dir=tmp_path / "run", log=lines.append)  # fmt: skip
@@ -162,9 +159,121 @@ def test_fuzz_ci_profile(tmp_path):
     assert summary.ok, report
     stats = summary.stats()
     assert stats["checked"] >= 20, report
-    reached = stats["programs_with"]
-    assert reached.get("code_differs", 0) > 0, report
-    assert reached.get("splits", 0) + reached.get("retiled", 0) > 0, report
+    assert stats["programs_with"].get("code_differs", 0) > 0, report
+    unreached = [f for f, n in stats["reach"].items() if not n]
+    assert not unreached, f"features not reached: {unreached}\n{report}"
+    assert set(stats["reach"]) == set(reach.FEATURES), report
+
+
+# --- reach counts -------------------------------------------------------------
+
+
+def test_reach_counts_the_decisions_of_the_flags_on_run():
+    """GroupNorm(2, 4) with weight and bias (the last seed program): the split
+    (0003) changes its kernels once with the flags on; with them off no
+    feature decides anything."""
+    gn = CORPUS[-1]
+    assert "F.group_norm(x0, 2, w1, w2" in gn.source
+    fn, args = gn.build(), gn.make_inputs()
+    off = check._compile(gn, fn, args, overlay=False)
+    on = check._compile(gn, fn, args, overlay=True)
+    assert not any(off[3].values()), off[3]
+    assert on[3]["0003"] == 1, on[3]
+
+
+def test_reach_wraps_every_feature_decision():
+    assert reach.install() == []
+    assert reach.FEATURES == tuple(f"{n:04d}" for n in range(2, 15))
+
+
+def test_summary_reports_reach_per_feature():
+    from tools.fuzz.runner import aggregate
+
+    examples = [
+        {
+            "status": "ok",
+            "stats": {"reach": {"0009": 2, "0011": 1}},
+            "config": "default",
+        },
+        {"status": "ok", "stats": {"reach": {"0009": 1}}, "config": "default"},
+        {"status": "invalid", "stats": {"reach": {"0013": 1}}, "config": "default"},
+    ]
+    counts = aggregate(examples)["reach"]
+    assert counts["0009"] == 2 and counts["0011"] == 1
+    assert counts["0013"] == 0  # invalid programs are not checked
+
+
+# --- mutants ------------------------------------------------------------------
+
+
+def test_every_mutant_applies_to_the_installed_overlay():
+    """A mutant whose text moved is stale: update it with the module."""
+    stale = []
+    for mutant in mutants.MUTANTS:
+        try:
+            assert (
+                mutants.mutated_source(mutant)
+                != (site_root() / mutant.path).read_text()
+            )
+        except mutants.StaleMutant as exc:
+            stale.append(str(exc))
+    assert not stale, "\n".join(stale)
+    features = {m.feature for m in mutants.MUTANTS}
+    assert features == set(reach.FEATURES)
+    for feature in features:  # at least three per feature
+        assert sum(m.feature == feature for m in mutants.MUTANTS) >= 3, feature
+
+
+def test_a_mutant_whose_text_moved_is_reported_stale(tmp_path):
+    path = tmp_path / "torch" / "mod.py"
+    path.parent.mkdir()
+    path.write_text("x = 1\nx = 1\n")
+    twice = mutants.Mutant("0002", "twice", "torch/mod.py", "x = 1", "x = 2", "bound")
+    gone = mutants.Mutant("0002", "gone", "torch/mod.py", "y = 1", "y = 2", "bound")
+    missing = mutants.Mutant("0002", "missing", "torch/no.py", "x", "y", "bound")
+    for mutant, text in (
+        (twice, "2 times"),
+        (gone, "0 times"),
+        (missing, "not installed"),
+    ):
+        with pytest.raises(mutants.StaleMutant, match=text):
+            mutants.mutated_source(mutant, root=tmp_path)
+    # a stale mutant is reported, never run
+    outcome = mutants.run_one(gone, tmp_path / "out", seconds=1, seed=0,
+                              profile="mutants",
+                              log=lambda line: None)  # fmt: skip
+    assert outcome.status == "stale"
+
+
+def test_shadow_env_imports_the_mutant(tmp_path):
+    mutant = next(m for m in mutants.MUTANTS if m.feature == "0004")
+    env = mutants.shadow_env(mutant, tmp_path / "shadow")
+    probe = _run(
+        [sys.executable, "-c", f"import {mutant.module} as m; print(m.__file__)"],
+        env, timeout=300,
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == str(
+        tmp_path / "shadow" / "mutant_cpp_fusion_costs.py"
+    )
+
+
+def test_mutant_report_rates_per_feature():
+    outcomes = [
+        mutants.Outcome("0009-a", "0009", "bound", "killed"),
+        mutants.Outcome("0009-b", "0009", "check", "survived"),
+        mutants.Outcome("0007-a", "0007", "check", "survived", cost_only="heuristic"),
+        mutants.Outcome("0009-c", "0009", "check", "stale"),
+    ]
+    report = {"date": "d", "seconds_per_mutant": 1, "seed": 0, "profile": "mutants",
+              "control": {"status": "survived", "programs": 3, "detail": ""},
+              "mutants": [o.__dict__ for o in outcomes],
+              "features": mutants._per_feature(outcomes)}  # fmt: skip
+    assert report["features"]["0009"]["stale"] == 1
+    assert mutants.kill_rate(report) == 0.5  # cost-only and stale ones apart
+    text = mutants.format_report(report)
+    assert "| 0009 | 3 | 1 | 1 | 1 | 0 (0) | 50% |" in text
+    assert "`0009-b` (check): survived" in text and "`0009-c`" in text
 
 
 # --- a broken overlay must be caught ----------------------------------------
@@ -172,37 +281,7 @@ def test_fuzz_ci_profile(tmp_path):
 
 def _mutant_env(tmp_path: Path) -> dict[str, str]:
     """PYTHONPATH with a sitecustomize that imports a mutated split module."""
-    installed = (site_root() / SPLIT_FILE).read_text()
-    original, mutated = MUTATION
-    assert installed.count(original) == 1, (
-        f"the mutation site moved: update MUTATION in {__file__} to an off-by-one "
-        f"in {SPLIT_FILE} that the ci strategy still reaches"
-    )
-    shadow = tmp_path / "shadow"
-    shadow.mkdir()
-    (shadow / "mutant_split.py").write_text(installed.replace(original, mutated))
-    (shadow / "sitecustomize.py").write_text(
-        textwrap.dedent(
-            f"""\
-            import importlib.abc
-            import importlib.util
-            import sys
-
-
-            class MutantFinder(importlib.abc.MetaPathFinder):
-                def find_spec(self, fullname, path=None, target=None):
-                    if fullname == {SPLIT_MODULE!r}:
-                        return importlib.util.spec_from_file_location(
-                            fullname, {str(shadow / "mutant_split.py")!r}
-                        )
-                    return None
-
-
-            sys.meta_path.insert(0, MutantFinder())
-            """
-        )
-    )
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow), str(REPO_ROOT)])}
+    return mutants.shadow_env(SPLIT_MUTANT, tmp_path / "shadow")
 
 
 def _run(cmd: list[str], env: dict, timeout: int) -> subprocess.CompletedProcess:
@@ -248,6 +327,19 @@ def test_fuzzer_catches_a_broken_split(tmp_path):
     clean_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     without = _run(pytest_cmd, clean_env, timeout=300)
     assert without.returncode == 0, without.stdout + without.stderr
+
+
+def test_a_shared_example_database_is_written_next_to_the_local_one(tmp_path):
+    from hypothesis.database import MultiplexedDatabase
+
+    from tools.fuzz.runner import example_database
+
+    db = example_database(str(tmp_path / "shared"))
+    assert isinstance(db, MultiplexedDatabase)
+    db.save(b"key", b"failing example")
+    shared = example_database(str(tmp_path / "shared"))
+    assert b"failing example" in set(shared.fetch(b"key"))
+    db.delete(b"key", b"failing example")
 
 
 def test_check_result_flags():

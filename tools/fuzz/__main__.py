@@ -25,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run", help="fuzz with N worker processes, then print a summary"
     )
-    run.add_argument("--profile", default="dev", choices=["ci", "dev", "nightly"])
+    run.add_argument(
+        "--profile", default="dev", choices=["ci", "dev", "nightly", "mutants"]
+    )
     run.add_argument(
         "--seconds",
         type=_float_or_none,
@@ -98,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--focus", default="all")
     worker.add_argument("--max-ops", type=int, default=None)
     worker.add_argument("--no-shrink", action="store_true")
+    worker.add_argument("--workers", type=int, default=1)
     return parser
 
 
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             index=args.index, seed=args.seed, examples=args.examples,
             deadline=args.deadline, profile=args.profile, out_dir=args.out,
             repro_dir=args.repro_dir, focus=args.focus, shrink=not args.no_shrink,
-            max_ops=args.max_ops,
+            max_ops=args.max_ops, workers=args.workers,
         )  # fmt: skip
         run_worker(options)
         return 0

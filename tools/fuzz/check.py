@@ -22,8 +22,9 @@ max|expected|)`` and ``rtol = tol``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import re
+import os
 import sys
 import time
 import warnings
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from . import reach
 from .program import CONFIGS, FuzzCase
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -38,12 +40,6 @@ if str(REPO_ROOT / "test") not in sys.path:
     sys.path.insert(0, str(REPO_ROOT / "test"))  # compile_utils lives with the tests
 
 import compile_utils
-
-# calls of the overlay's C++ helpers with a kernel argument pointer
-_CALLS = {
-    name: re.compile(rf"\b{name}\((?:in_ptr|out_ptr|in_out_ptr)\d+")
-    for name in ("stream_store_f32", "prefetch_ahead")
-}
 
 # (eager vs compiled, flags on vs flags off), relative to magnitude.  Both
 # compiled runs compute half-precision ops in float32 and round the same
@@ -131,52 +127,60 @@ class CheckResult:
         return self.kind.startswith("crash")
 
 
-class _SplitCounter:
-    """Counts outer-loop splits the overlay applies (inside Scheduler.can_fuse).
+def _case_config(case: FuzzCase, overlay: bool) -> dict:
+    """The config the case compiles under, with the overlay flags on or off."""
+    extra = dict(CONFIGS[case.config])
+    if case.threads:
+        extra["cpp.threads"] = case.threads
+    if overlay and case.flags == "shipped":
+        extra.update(compile_utils.SHIPPED_DEFAULTS)
+    return extra
 
-    A wrapper around cpp_outer_loop_split._apply_split that only counts; the
-    split is the overlay's only step without a metric of its own.
-    """
 
-    count = 0
-    installed = False
-
-    @classmethod
-    def install(cls) -> None:
-        if cls.installed:
-            return
-        cls.installed = True
-        try:
-            from torch._inductor.codegen import cpp_outer_loop_split as split
-        except ImportError:
-            return
-        original = getattr(split, "_apply_split", None)
-        if original is None:
-            return
-
-        def counting_apply_split(*args, **kwargs):
-            cls.count += 1
-            return original(*args, **kwargs)
-
-        split._apply_split = counting_apply_split
+@contextlib.contextmanager
+def _cache_size(case: FuzzCase):
+    """The case's last-level cache size for 0013/0014 (read once per process)."""
+    if not case.cache_bytes:
+        yield
+        return
+    try:
+        from torch._inductor.codegen import cpp_streaming_stores as streaming
+    except ImportError:  # stock torch: nothing reads it
+        yield
+        return
+    old = os.environ.get(streaming.CACHE_BYTES_ENV)
+    os.environ[streaming.CACHE_BYTES_ENV] = str(case.cache_bytes)
+    streaming.last_level_cache_bytes.cache_clear()
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[streaming.CACHE_BYTES_ENV]
+        else:
+            os.environ[streaming.CACHE_BYTES_ENV] = old
+        streaming.last_level_cache_bytes.cache_clear()
 
 
 def _compile(case: FuzzCase, fn, args, overlay: bool):
-    """(outputs, Compiled, seconds, splits), or what compiling/running raised."""
-    _SplitCounter.install()
-    _SplitCounter.count = 0
+    """(outputs, Compiled, seconds, reach), or what compiling/running raised.
+
+    ``reach``: per overlay feature, the decisions that changed a kernel.
+    """
+    reach.install()
+    reach.reset()
     start = time.perf_counter()
     try:
-        outputs, compiled = compile_utils.compile_and_run(
-            fn,
-            args,
-            overlay=overlay,
-            dynamic=case.dynamic,
-            extra_config=CONFIGS[case.config],
-        )
+        with _cache_size(case):
+            outputs, compiled = compile_utils.compile_and_run(
+                fn,
+                args,
+                overlay=overlay,
+                dynamic=case.dynamic,
+                extra_config=_case_config(case, overlay),
+            )
     except Exception as exc:  # noqa: BLE001 - any crash is a finding
         return exc
-    return outputs, compiled, time.perf_counter() - start, _SplitCounter.count
+    return outputs, compiled, time.perf_counter() - start, reach.counts()
 
 
 def _describe(exc: BaseException) -> str:
@@ -312,7 +316,7 @@ def _stats(off, on) -> dict:
     for name, result in (("off", off), ("on", on)):
         if isinstance(result, Exception):
             continue
-        _, compiled, seconds, splits = result
+        _, compiled, seconds, reached = result
         stats[f"nests_{name}"] = compiled.total_nests
         stats[f"kernels_{name}"] = len(compiled.nests)
         stats[f"outer_fused_{name}"] = compiled.outer_fused
@@ -320,11 +324,10 @@ def _stats(off, on) -> dict:
         if name == "on":
             stats["retiled"] = compiled.retiled
             stats["reordered"] = compiled.reordered
-            stats["splits"] = splits
-            # 0013's and 0014's calls (their definitions take `float* ptr`
-            # and `const void* ptr`: never a kernel argument pointer)
-            stats["streamed"] = len(_CALLS["stream_store_f32"].findall(compiled.code))
-            stats["prefetched"] = len(_CALLS["prefetch_ahead"].findall(compiled.code))
+            stats["splits"] = reached["0003"]
+            stats["streamed"] = reached["0013"]
+            stats["prefetched"] = reached["0014"]
+            stats["reach"] = {f: n for f, n in reached.items() if n}
     if not isinstance(off, Exception) and not isinstance(on, Exception):
         stats["code_differs"] = off[1].kernels != on[1].kernels
     return stats

@@ -142,6 +142,13 @@ class FuzzCase:
     dynamic: bool = False
     config: str = "default"
     kinds: tuple[str, ...] = ()  # op kinds, for statistics only
+    # How the flags-on run compiles: "all" (every overlay flag, loop ordering
+    # after fusion included) or "shipped" (the flags' defaults).
+    flags: str = "all"
+    threads: int = 0  # cpp.threads for both runs; 0: the default
+    # $TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES for both runs (0: unset), so
+    # that a program of a few MiB streams (0013) and prefetches (0014)
+    cache_bytes: int = 0
 
     @classmethod
     def from_program(cls, program: Program, **kwargs) -> FuzzCase:
@@ -168,9 +175,19 @@ class FuzzCase:
             "bfloat16" in self.source or "float16" in self.source
         )
 
+    def variant(self) -> tuple:
+        """The fields added after the first repros, when not at their defaults."""
+        return tuple(
+            (name, getattr(self, name))
+            for name, default in (("flags", "all"), ("threads", 0), ("cache_bytes", 0))
+            if getattr(self, name) != default
+        )
+
     def digest(self) -> str:
+        # repros written before `variant` existed keep their digests
         key = repr(
             (self.source, self.inputs, self.input_seed, self.dynamic, self.config)
+            + self.variant()
         )
         return hashlib.sha256(key.encode()).hexdigest()[:12]
 

@@ -79,7 +79,8 @@ def render_repro(
         f"    input_seed={case.input_seed},\n"
         f"    dynamic={case.dynamic},\n"
         f"    config={case.config!r},\n"
-        ")\n\n\n"
+        + "".join(f"    {name}={value!r},\n" for name, value in case.variant())
+        + ")\n\n\n"
         f"{marker}def test_fuzz_{digest}():\n"
         "    assert_overlay_agrees(CASE)\n"
     )

@@ -9,7 +9,8 @@ and the worker writes a repro to ``test/regressions/`` (``repro.py``).
 
 Profiles (hypothesis settings plus strategy size):
 
-``ci``       32 programs, derandomized (fixed seeds), no example database;
+``ci``       the seed programs (corpus.py) and 20 generated ones,
+             derandomized (fixed seeds), no example database;
              what ``make test`` runs (test/test_fuzz.py)
 ``dev``      until ``--seconds`` (default 300) or ``--examples``; random
              seeds unless given; failures are saved in .hypothesis/ and
@@ -32,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .reach import FEATURES, TITLES
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO_ROOT / "build" / "fuzz"
 # --streaming: streaming stores (0013) and prefetches (0014) need a kernel
@@ -52,9 +55,12 @@ class Profile:
 
 
 PROFILES = {
-    "ci": Profile("ci", 32, None, 6, True, False, 90),
+    "ci": Profile("ci", 20, None, 6, True, False, 90),
     "dev": Profile("dev", 100_000, 300, 7, False, True, 240),
     "nightly": Profile("nightly", 1_000_000, 3600, 10, False, True, 900),
+    # make fuzz-mutants: seeded, no example database (one mutant's failures
+    # must not be replayed against the next), stopped by the mutant runner
+    "mutants": Profile("mutants", 100_000, 90, 7, False, False, 0),
 }
 
 
@@ -85,6 +91,7 @@ class WorkerOptions:
     focus: str = "all"
     shrink: bool = True
     max_ops: int | None = None
+    workers: int = 1  # how many share the seed programs (corpus.py)
 
 
 class _Recorder:
@@ -110,23 +117,49 @@ def case_from_json(data: dict):
     return FuzzCase(**{**data, "inputs": inputs, "kinds": tuple(data.get("kinds", ()))})
 
 
+# Where the dev and nightly profiles keep failing examples, to replay them
+# first next time: .hypothesis/fuzz, or $FUZZ_HYPOTHESIS_DB (make fuzz
+# FUZZ_DB=...): a directory on shared storage, or redis://host:port/db for
+# hypothesis' Redis database (pip install redis); both are read and written
+# next to the local directory, so that machines share what each one found.
+DATABASE_ENV = "FUZZ_HYPOTHESIS_DB"
+
+
+def example_database(location: str | None = None):
+    """The local database, multiplexed with the shared one at ``location``
+    (default: $FUZZ_HYPOTHESIS_DB) if any."""
+    from hypothesis.database import (
+        DirectoryBasedExampleDatabase,
+        ExampleDatabase,
+        MultiplexedDatabase,
+    )
+
+    local = DirectoryBasedExampleDatabase(str(REPO_ROOT / ".hypothesis" / "fuzz"))
+    location = os.environ.get(DATABASE_ENV, "") if location is None else location
+    if not location:
+        return local
+    shared: ExampleDatabase
+    if location.startswith("redis://"):
+        import redis
+        from hypothesis.extra.redis import RedisExampleDatabase
+
+        shared = RedisExampleDatabase(redis.Redis.from_url(location))
+    else:
+        shared = DirectoryBasedExampleDatabase(location)
+    return MultiplexedDatabase(local, shared)
+
+
 def hypothesis_settings(profile: Profile, examples: int, shrink: bool):
     from hypothesis import HealthCheck, Phase, settings
-    from hypothesis.database import DirectoryBasedExampleDatabase
 
     phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
     if shrink:
         phases.append(Phase.shrink)
-    database = (
-        DirectoryBasedExampleDatabase(str(REPO_ROOT / ".hypothesis" / "fuzz"))
-        if profile.database
-        else None
-    )
     return settings(
         max_examples=max(1, examples),
         deadline=None,
         derandomize=profile.derandomize,
-        database=database,
+        database=example_database() if profile.database else None,
         phases=phases,
         print_blob=False,
         report_multiple_bugs=True,
@@ -137,9 +170,10 @@ def hypothesis_settings(profile: Profile, examples: int, shrink: bool):
 def run_worker(opts: WorkerOptions) -> None:
     import warnings
 
-    from hypothesis import given, reject, seed
+    from hypothesis import example, given, reject, seed
 
     from .check import check_case
+    from .corpus import corpus_for
     from .repro import known_crashes, signature, write_repro
     from .strategy import StrategyParams, fuzz_cases
 
@@ -191,6 +225,7 @@ def run_worker(opts: WorkerOptions) -> None:
             config=case.config,
             dynamic=case.dynamic,
             low_precision=case.low_precision,
+            variant=[f"{name}={value}" for name, value in case.variant()],
             shrinking=bool(failures),
             digest=digest,
         )
@@ -215,10 +250,11 @@ def run_worker(opts: WorkerOptions) -> None:
                 "stock", kind=result.kind, message=result.message[:2000], path=str(path)
             )
 
+    test = given(fuzz_cases(params))(fuzz_one)
+    for case in reversed(corpus_for(opts.index, opts.workers)):
+        test = example(case)(test)  # seed programs run first
     test = seed(opts.seed)(
-        hypothesis_settings(profile, opts.examples, opts.shrink)(
-            given(fuzz_cases(params))(fuzz_one)
-        )
+        hypothesis_settings(profile, opts.examples, opts.shrink)(test)
     )
     reason = "examples"
     try:
@@ -275,8 +311,10 @@ def aggregate(examples: list[dict]) -> dict:
     by_status = collections.Counter(r["status"] for r in examples)
     s: collections.Counter[str] = collections.Counter()
     programs_with: collections.Counter[str] = collections.Counter()
+    reach: collections.Counter[str] = collections.Counter()
     for r in checked:
         st = r["stats"]
+        reach.update(feature for feature, n in st.get("reach", {}).items() if n)
         for key in ("nests_off", "nests_on", "outer_fused_off", "outer_fused_on",
                     "retiled", "reordered", "splits", "streamed", "prefetched",
                     "compile_s_off", "compile_s_on"):  # fmt: skip
@@ -297,10 +335,15 @@ def aggregate(examples: list[dict]) -> dict:
         "status": dict(by_status),
         "totals": dict(s),
         "programs_with": dict(programs_with),
+        # per overlay feature: programs whose kernels its decisions changed
+        "reach": {feature: reach.get(feature, 0) for feature in FEATURES},
         "kinds": dict(kinds.most_common()),
         "configs": dict(collections.Counter(r["config"] for r in checked)),
         "dynamic": sum(1 for r in checked if r.get("dynamic")),
         "low_precision": sum(1 for r in checked if r.get("low_precision")),
+        "variants": dict(
+            collections.Counter(v for r in checked for v in r.get("variant", ()))
+        ),
     }
 
 
@@ -332,8 +375,8 @@ def _progress_line(elapsed: float, records: list[dict]) -> str:
         f" | known {st.get('known', 0)} | noise {st.get('noise', 0)}"
         f" | invalid {st.get('invalid', 0)}"
         f" | overlay changed code {pw.get('code_differs', 0)}"
-        f" | retiled {pw.get('retiled', 0)} | split {pw.get('splits', 0)}"
-        f" | reordered {pw.get('reordered', 0)}"
+        f" | features reached {sum(1 for n in agg['reach'].values() if n)}"
+        f"/{len(agg['reach'])}"
     )
 
 
@@ -352,6 +395,7 @@ def _worker_command(
         "--index", str(opts.index), "--seed", str(opts.seed),
         "--examples", str(opts.examples), "--deadline", repr(opts.deadline),
         "--profile", opts.profile, "--out", str(opts.out_dir),
+        "--workers", str(opts.workers),
         "--repro-dir", str(opts.repro_dir), "--focus", opts.focus,
     ]  # fmt: skip
     if not opts.shrink:
@@ -429,6 +473,7 @@ def run_fuzz(
             focus=focus,
             shrink=shrink,
             max_ops=max_ops,
+            workers=workers,
         )
         log_file = (out_dir / f"worker{i}.log").open("w")
         proc = subprocess.Popen(
@@ -595,8 +640,8 @@ def format_summary(summary: Summary) -> str:
         on_only("re-tiled merges (programs)", "retiled"),
         on_only("outer-loop splits applied (programs)", "splits"),
         on_only("loop reorders (programs)", "reordered"),
-        on_only("streamed stores (programs)", "streamed"),
-        on_only("prefetched loads (programs)", "prefetched"),
+        on_only("kernels with streamed stores (programs)", "streamed"),
+        on_only("kernels with prefetches (programs)", "prefetched"),
         f"    {'compile time, mean s':<36s}{mean('compile_s_off'):9.2f}   "
         f"{mean('compile_s_on'):9.2f}",
         (
@@ -609,10 +654,18 @@ def format_summary(summary: Summary) -> str:
             f"{pw.get('more_nests', 0)} "
             "programs (performance, not correctness)"
         ),
+        "",
+        "  feature reach: programs whose kernels the feature's decisions changed",
+        *(
+            f"    {feature} {TITLES[feature]:<38s}{n:6d}"
+            + ("   NOT REACHED" if not n else "")
+            for feature, n in agg["reach"].items()
+        ),
         (
             "  cases: "
             + ", ".join(f"{k} {v}" for k, v in agg["configs"].items())
             + f", dynamic {agg['dynamic']}, low precision {agg['low_precision']}"
+            + "".join(f", {k} {v}" for k, v in agg["variants"].items())
         ),
         "  ops:   " + ", ".join(f"{k} {v}" for k, v in agg["kinds"].items()),
     ]

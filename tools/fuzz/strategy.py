@@ -79,6 +79,7 @@ class StrategyParams:
     focus: str = "all"
     dynamic: bool | None = None  # None: drawn (about one case in four)
     dtypes: tuple[str, ...] = ("float32",) * 4 + ("bfloat16", "float16")
+    targeted: bool = True  # one program in two from a feature-targeted family
 
     def weights(self) -> dict[str, int]:
         return {**DEFAULT_WEIGHTS, **FOCUS[self.focus]}
@@ -468,9 +469,242 @@ def programs(draw, params: StrategyParams = StrategyParams()) -> Program:
     return Program(tuple(builder.inputs), tuple(builder.ops), tuple(outputs))
 
 
+# --- feature-targeted programs ------------------------------------------------
+#
+# Each family builds programs that meet one group of overlay features'
+# preconditions, with sizes around their bounds (vector lanes, the 2048 rows
+# of two-step variance, the 32 vector iterations of the accumulators, the
+# thread count of block fusion).  Ops are the random programs' own kinds, so
+# repros and shrinking work alike.
+
+# Row lengths: vector tails (17, 31, 33), the accumulators' 512 floats,
+# Welford vs two steps at 2048, odd sizes.
+ROW_SIZES = (16, 17, 33, 100, 512, 513, 1000, 1024, 2047, 2048, 2049, 3000, 4096, 4097)
+ROW_COUNTS = (4, 1, 2, 3, 7, 8, 16, 17, 32, 64)
+# (N, C, L) for reductions over C: N around the thread counts, C and L
+# around the vector width.
+BLOCK_N = (4, 1, 2, 3, 5, 8)
+BLOCK_C = (4, 2, 3, 7, 16, 17, 32, 33)
+BLOCK_L = (16, 1, 5, 15, 17, 31, 32, 33, 64, 100)
+TARGETED_MAX_NUMEL = 1 << 19
+
+
+def _capped(shape: list[int], max_numel: int) -> tuple[int, ...]:
+    while math.prod(shape) > max_numel:
+        i = shape.index(max(shape))
+        shape[i] = max(1, shape[i] // 2)
+    return tuple(shape)
+
+
+def _data(builder: _Builder, shape, layout: str = "contiguous") -> _Value:
+    builder.add_input(InputSpec(tuple(shape), builder.dtype, layout))
+    return builder.values[-1]
+
+
+def _op(builder: _Builder, kind: str, args, n_outs: int = 1, **params) -> _Value:
+    """A targeted op; on meta tensors it must be valid (else the draw is rejected)."""
+    op = builder.try_op(kind, [a if isinstance(a, str) else a.name for a in args],
+                        params, n_outs)  # fmt: skip
+    if op is None:
+        raise _Invalid
+    return builder.values[-n_outs]
+
+
+class _Invalid(Exception):
+    pass
+
+
+def _rows_family(draw, b: _Builder) -> None:
+    """Norms and row reductions over (rows, L) or GroupNorm over (N, C, L):
+    re-tiling, splits, two-step variance, erf, accumulators, invariant loads,
+    streaming and prefetch (0002-0004, 0007, 0008, 0010, 0013, 0014)."""
+    cores = ["layer_norm", "group_norm", "rms_norm", "manual_layer_norm", "softmax"]
+    core = draw(st.sampled_from([*cores, "reduce_combine"]))
+    length = draw(st.sampled_from(ROW_SIZES))
+    if core == "group_norm":
+        channels = draw(st.sampled_from([4, 8, 6, 16, 32, 12]))
+        shape = [
+            draw(st.sampled_from(ROW_COUNTS)),
+            channels,
+            max(1, length // channels),
+        ]
+    else:
+        shape = [draw(st.sampled_from(ROW_COUNTS)), length]
+    x = _data(b, _capped(shape, b.params.max_numel))
+    prologue = draw(st.sampled_from(["none", "gelu", "bias", "erf"]))
+    if prologue in ("gelu", "erf"):
+        x = _op(b, "unary", [x], op=prologue)
+    elif prologue == "bias":
+        x = _op(b, "binary", [x, b._broadcast_input(x)], op="add")
+    if core in ("layer_norm", "rms_norm", "manual_layer_norm", "group_norm"):
+        params: dict = {"norm": core}
+        args = [x.name]
+        if core == "group_norm":
+            channels = x.shape[1]
+            divisors = [g for g in range(1, channels + 1) if channels % g == 0]
+            params["groups"] = draw(st.sampled_from(divisors))
+            args += b._affine((channels,), x.dtype)
+        elif core == "layer_norm":
+            params["shape"] = x.shape[-1:]
+            args += b._affine(x.shape[-1:], x.dtype)
+        else:
+            params["dim"] = -1
+        x = _op(b, "norm", args, **params)
+    elif core == "softmax":
+        x = _op(
+            b,
+            "softmax",
+            [x],
+            op=draw(st.sampled_from(["softmax", "log_softmax"])),
+            dim=-1,
+        )
+    else:
+        red = draw(st.sampled_from(["sum", "amax", "amin", "mean", "var"]))
+        extra = {"correction": 0} if red == "var" else {}
+        r = _op(b, "reduce", [x], op=red, dims=(-1,), keepdim=True, **extra)
+        x = _op(b, "binary", [x, r], op=draw(st.sampled_from(["sub", "div", "mul"])))
+    if draw(st.booleans()):
+        x = _op(b, "unary", [x], op=draw(st.sampled_from(["relu", "affine", "tanh"])))
+
+
+def _block_family(draw, b: _Builder) -> None:
+    """Reductions over the middle dim of (N, C, L) and their broadcasting
+    consumers: outer-block fusion and its local buffers (0009, 0011)."""
+    shape = [draw(st.sampled_from(BLOCK_N)), draw(st.sampled_from(BLOCK_C)),
+             draw(st.sampled_from(BLOCK_L))]  # fmt: skip
+    x = _data(b, _capped(shape, b.params.max_numel))
+    how = draw(st.sampled_from(["manual_softmax", "center", "softmax", "scale", "two"]))
+    if how == "manual_softmax":  # its exp only the fused kernels read: 0011
+        m = _op(b, "reduce", [x], op="amax", dims=(1,), keepdim=True)
+        e = _op(b, "unary", [_op(b, "binary", [x, m], op="sub")], op="exp")
+        s = _op(b, "reduce", [e], op="sum", dims=(1,), keepdim=True)
+        _op(b, "binary", [e, s], op="div")
+    elif how == "softmax":
+        _op(
+            b,
+            "softmax",
+            [x],
+            op=draw(st.sampled_from(["softmax", "log_softmax"])),
+            dim=1,
+        )
+    elif how == "two":  # centering, then scaling by the centered rows' norm
+        m = _op(b, "reduce", [x], op="mean", dims=(1,), keepdim=True)
+        c = _op(b, "binary", [x, m], op="sub")
+        q = _op(b, "reduce", [_op(b, "unary", [c], op="square")], op="mean",
+                dims=(1,), keepdim=True)  # fmt: skip
+        _op(b, "binary", [c, q], op="div")
+    else:
+        red = draw(st.sampled_from(["mean", "amax", "sum", "amin"]))
+        r = _op(b, "reduce", [x], op=red, dims=(1,), keepdim=True)
+        op = "sub" if how == "center" else draw(st.sampled_from(["div", "mul"]))
+        _op(b, "binary", [x, r], op=op)
+    if draw(st.booleans()):
+        _op(b, "unary", [b.values[-1]], op=draw(st.sampled_from(["relu", "affine"])))
+
+
+def _layout_family(draw, b: _Builder) -> None:
+    """Permutes, transposes and reshapes next to reductions: loop ordering
+    after fusion (0005), and the regrouping of fusions it forms (0012)."""
+    how = draw(
+        st.sampled_from(
+            ["permute_reduce", "transpose_center", "reduce_permute", "regroup",
+             "reshape_reduce"]
+        )
+    )  # fmt: skip
+    dims = [draw(st.sampled_from(BLOCK_N)), draw(st.sampled_from(BLOCK_C)),
+            draw(st.sampled_from(BLOCK_L))]  # fmt: skip
+    if how == "regroup":  # min over a middle dim, log_softmax over another
+        dims.append(draw(st.sampled_from([2, 3, 5])))
+        x = _data(b, _capped(dims, b.params.max_numel))
+        v = _op(b, "reduce", [x], op=draw(st.sampled_from(["amin", "amax", "sum"])),
+                dims=(2,), keepdim=True)  # fmt: skip
+        _op(b, "softmax", [v], op="log_softmax", dim=1)
+        return
+    if how == "transpose_center":  # a reorder toward a column reduction
+        x = _data(b, (dims[1] * dims[0], dims[2]))
+        t = _op(b, "permute", [x], perm=(1, 0), contiguous=True)
+        t = _op(b, "unary", [t], op=draw(st.sampled_from(["affine", "relu", "square"])))
+        r = _op(b, "reduce", [t], op=draw(st.sampled_from(["sum", "amax", "mean"])),
+                dims=(0,), keepdim=True)  # fmt: skip
+        _op(b, "binary", [t, r], op=draw(st.sampled_from(["add", "sub", "mul"])))
+        return
+    layout = draw(st.sampled_from(["contiguous", "transposed"]))
+    x = _data(b, _capped(dims, b.params.max_numel), layout)
+    perm = draw(st.sampled_from([(0, 2, 1), (1, 0, 2), (2, 1, 0), (1, 2, 0)]))
+    contiguous = draw(st.booleans())
+    if how == "permute_reduce":
+        p = _op(b, "permute", [x], perm=perm, contiguous=contiguous)
+        dim = draw(st.sampled_from([-1, 1]))
+        r = _op(b, "reduce", [p], op=draw(st.sampled_from(["sum", "amax", "mean"])),
+                dims=(dim,), keepdim=True)  # fmt: skip
+        _op(b, "binary", [p, r], op=draw(st.sampled_from(["sub", "mul"])))
+    elif how == "reduce_permute":
+        r = _op(b, "reduce", [x], op=draw(st.sampled_from(["sum", "amax", "mean"])),
+                dims=(-1,), keepdim=True)  # fmt: skip
+        y = _op(b, "binary", [x, r], op="sub")
+        _op(b, "permute", [y], perm=perm, contiguous=contiguous)
+    else:
+        flat = _op(b, "reshape", [x], method="reshape",
+                   shape=(x.shape[0], x.shape[1] * x.shape[2]))  # fmt: skip
+        r = _op(b, "reduce", [flat], op="sum", dims=(-1,), keepdim=True)
+        y = _op(b, "binary", [flat, r], op="div")
+        _op(b, "reshape", [y], method="view", shape=x.shape)
+
+
+def _tiled_outer_family(draw, b: _Builder) -> None:
+    """A strided column's pointwise chain, centered per row and stacked: an
+    outer-loop local buffer under a vector-tiled outer loop (0006)."""
+    shape = [draw(st.sampled_from([4, 2, 3, 8])), draw(st.sampled_from([8, 16, 17, 5])),
+             draw(st.sampled_from([32, 17, 64]))]  # fmt: skip
+    x = _data(b, shape)
+    col = _op(b, "slice", [x], dim=2, index=draw(st.integers(0, shape[2] - 1)))
+    soft = _op(b, "unary", [col], op="softplus")
+    e = _op(b, "unary", [col], op="erf")
+    mix = _op(b, "binary", [soft, e], op=draw(st.sampled_from(["add", "mul"])))
+    m = _op(b, "reduce", [mix], op="mean", dims=(-1,), keepdim=True)
+    centered = _op(b, "binary", [mix, m], op="sub")
+    prod = _op(b, "binary", [centered, e], op="mul")
+    _op(b, "cat", [centered, e, prod], op="stack", dim=-1)
+
+
+FAMILIES = {
+    "rows": _rows_family,
+    "block": _block_family,
+    "layout": _layout_family,
+    "tiled_outer": _tiled_outer_family,
+}
+
+
+@st.composite
+def targeted_programs(draw, params: StrategyParams = StrategyParams()) -> Program:
+    family = draw(st.sampled_from(list(FAMILIES)))
+    dtype = draw(st.sampled_from(params.dtypes))
+    targeted = dataclasses.replace(params, max_numel=TARGETED_MAX_NUMEL)
+    builder = _Builder(draw, targeted, dtype)
+    try:
+        FAMILIES[family](draw, builder)
+    except _Invalid:
+        pass  # keep the ops built so far
+    if not builder.op_values:
+        builder.try_op("unary", [builder.values[-1].name], {"op": "relu"})
+    outputs = [builder.op_values[-1]]
+    if len(builder.op_values) > 1 and draw(st.booleans()):
+        outputs.append(draw(st.sampled_from(builder.op_values[:-1])))
+    return Program(tuple(builder.inputs), tuple(builder.ops), tuple(outputs))
+
+
+# Cache sizes for $TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES: 0 (the real
+# cache, which no fuzz program overflows) first, then sizes that programs
+# of 64 KiB to 2 MiB overflow, so they stream (0013) and prefetch (0014).
+CACHE_BYTES = (0, 65536, 262144, 1 << 20)
+
+
 @st.composite
 def fuzz_cases(draw, params: StrategyParams = StrategyParams()) -> FuzzCase:
-    program = draw(programs(params))
+    """A random or (one case in two) a feature-targeted program, and how
+    to compile it: shapes, flags, threads, cache size."""
+    targeted = params.targeted and draw(st.booleans())
+    program = draw(targeted_programs(params) if targeted else programs(params))
     dynamic = params.dynamic
     if dynamic is None:  # about one case in four
         dynamic = draw(st.booleans()) and draw(st.booleans())
@@ -479,4 +713,9 @@ def fuzz_cases(draw, params: StrategyParams = StrategyParams()) -> FuzzCase:
         input_seed=draw(st.integers(0, 2**16)),
         dynamic=dynamic,
         config=draw(st.sampled_from(list(CONFIGS))),
+        # every flag (loop ordering after fusion on: two cases in three) or
+        # the shipped defaults
+        flags=draw(st.sampled_from(["all", "all", "shipped"])),
+        threads=draw(st.sampled_from([0, 1, 2, 4])),
+        cache_bytes=draw(st.sampled_from(CACHE_BYTES)),
     )

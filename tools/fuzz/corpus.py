@@ -1,0 +1,116 @@
+"""Seed programs: one per group of overlay features, run before generation.
+
+Every profile starts with these (hypothesis' explicit examples, split over
+the workers), so that even a short run reaches every feature's code once;
+the generated programs then vary around the same preconditions
+(``strategy.FAMILIES``).  ``test/test_fuzz.py`` checks that together they
+reach every feature.
+"""
+
+from __future__ import annotations
+
+from .program import SOURCE_HEADER, FuzzCase, InputSpec, input_names
+
+
+def _case(body: str, shapes, kinds, weights=(), dtype="float32", **variant) -> FuzzCase:
+    """A seed program over data inputs of ``shapes`` and weights of ``weights``."""
+    inputs = tuple(InputSpec(tuple(shape), dtype) for shape in shapes) + tuple(
+        InputSpec(tuple(shape), dtype, role="weight") for shape in weights
+    )
+    names = ", ".join(input_names(inputs))
+    source = f"{SOURCE_HEADER}\n\ndef program({names}):\n{body}"
+    return FuzzCase(source, inputs, kinds=tuple(kinds), **variant)
+
+
+CORPUS = (
+    # 0002 0004 0008 0010 0013 0014: LayerNorm over rows of 2056 (every other
+    # row 32 bytes off a 64-byte line), 2 MiB under a 256 KiB "cache"
+    _case(
+        "    v1 = F.layer_norm(x0, (2056,), None, None, eps=1e-5)\n    return (v1,)\n",
+        [(64, 2056)],
+        ["norm"],
+        cache_bytes=262144,
+    ),
+    # 0014's other path: softmax's last pass reads its exp buffer, not the
+    # rows, so they are prefetched in the loop that matches the first pass's
+    _case(
+        "    v1 = torch.softmax(x0, dim=-1)\n    return (v1,)\n",
+        [(64, 2056)],
+        ["softmax"],
+        cache_bytes=262144,
+    ),
+    # 0009 0011: softmax over channels spelled out; its exp stays per block
+    _case(
+        "    v1 = torch.amax(x0, dim=(1,), keepdim=True)\n"
+        "    v2 = torch.exp((x0 - v1).clamp(-6, 6))\n"
+        "    v3 = torch.sum(v2, dim=(1,), keepdim=True)\n"
+        "    v4 = v2 / (v3.abs() + 1)\n    return (v4,)\n",
+        [(8, 16, 33)],
+        ["reduce", "unary", "reduce", "binary"],
+    ),
+    # 0011's other side: the exp is also an output, so it keeps its buffer
+    _case(
+        "    v1 = torch.amax(x0, dim=(1,), keepdim=True)\n"
+        "    v2 = torch.exp((x0 - v1).clamp(-6, 6))\n"
+        "    v3 = torch.sum(v2, dim=(1,), keepdim=True)\n"
+        "    v4 = v2 / (v3.abs() + 1)\n    return (v4, v2,)\n",
+        [(8, 16, 33)],
+        ["reduce", "unary", "reduce", "binary"],
+    ),
+    # 0005 0012: with loop ordering after fusion, log_softmax's log step
+    # joins min and sum kernels that then fail to merge
+    _case(
+        "    v1 = torch.amin(x0, dim=(2,), keepdim=True)\n"
+        "    v2 = torch.log_softmax(v1, dim=1)\n    return (v2, v1,)\n",
+        [(125, 32, 5, 2)],
+        ["reduce", "softmax"],
+    ),
+    # 0006 0007: a strided column's erf chain, centered and stacked
+    _case(
+        "    v1 = x0[:, :, 16]\n    v2 = F.softplus(v1)\n    v3 = torch.erf(v1)\n"
+        "    v4 = v2 + v3\n    v5 = torch.mean(v4, dim=(-1,), keepdim=True)\n"
+        "    v6 = v4 - v5\n    v7 = v6 * v3\n"
+        "    v8 = torch.stack([v6, v3, v7], dim=-1)\n    return (v8,)\n",
+        [(4, 8, 64)],
+        ["slice", "unary", "unary", "binary", "reduce", "binary", "binary", "cat"],
+    ),
+    # 0005: a reorder toward the column reduction (strided traffic unchanged)
+    _case(
+        "    v1 = x0.permute(1, 0).contiguous()\n    v2 = v1 * 0.5 + 1.25\n"
+        "    v3 = torch.sum(v2, dim=(0,), keepdim=True)\n    v4 = v2 + v3\n"
+        "    return (v4,)\n",
+        [(32, 48)],
+        ["permute", "unary", "reduce", "binary"],
+    ),
+    # dynamic shapes: symbolic rows, sizes and steps everywhere the
+    # features read sizes (split, two-step variance, streaming, prefetch);
+    # a bfloat16 output too large to stay cached (streams float32 only)
+    _case(
+        "    v1 = F.layer_norm(x0, (1024,), None, None, eps=1e-5)\n    return (v1,)\n",
+        [(32, 1024)],
+        ["norm"],
+        dtype="bfloat16",
+        dynamic=True,
+        cache_bytes=65536,
+    ),
+    _case(
+        "    v1 = F.group_norm(x0, 2, w1, w2, eps=1e-5)\n    return (v1,)\n",
+        [(4, 4, 4)],
+        ["norm"],
+        weights=[(4,), (4,)],
+        dynamic=True,
+    ),
+    # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
+    # (N*C, L) to (N*G, C/G, L)
+    _case(
+        "    v1 = F.group_norm(x0, 2, w1, w2, eps=1e-5)\n    return (v1,)\n",
+        [(4, 4, 4)],
+        ["norm"],
+        weights=[(4,), (4,)],
+    ),
+)
+
+
+def corpus_for(worker: int, workers: int) -> tuple[FuzzCase, ...]:
+    """This worker's share of the seed programs."""
+    return CORPUS[worker::workers]

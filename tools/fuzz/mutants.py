@@ -1,0 +1,914 @@
+"""Mutation testing of the overlay with the fuzzer as the test (``make fuzz-mutants``).
+
+Every mutant is a small hand-written edit of one installed overlay module's
+decision code: a bound off by one, a legality check removed, a rollback
+skipped.  ``run_mutants`` runs the fuzzer once without a mutant (the
+control, which must pass), then once per mutant, each in its own run and
+repro directories, with the mutated module imported in place of the
+installed one by a ``sitecustomize.py`` on ``PYTHONPATH`` (the venv is never
+edited).  A mutant is *killed* when the fuzzer reports a failure (or a
+worker dies) within the per-mutant budget; the run stops at the first one.
+A mutant whose original text is not found exactly once in the installed
+module is *stale*: reported, never run.
+
+Some mutants change only what a heuristic chooses (two-step variance or
+Welford, realize or inline): the programs' values cannot tell them apart,
+and a fuzzer that compares values cannot kill them.  They are marked
+``cost_only`` and counted apart, so that the report shows both the kill
+rate of the mutants that can change results and the blind spot.
+
+Report: ``build/fuzz-mutants/report.md`` and ``report.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .overlay_coverage import site_root
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = REPO_ROOT / "build" / "fuzz-mutants"
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    feature: str  # patch number
+    name: str
+    path: str  # installed file, relative to site-packages
+    original: str  # must occur exactly once
+    mutated: str
+    kind: str  # "bound" | "check" | "rollback" | "other"
+    cost_only: str = ""  # why values cannot show it (a heuristic's choice)
+
+    @property
+    def module(self) -> str:
+        return self.path.removesuffix(".py").replace("/", ".")
+
+    @property
+    def ident(self) -> str:
+        return f"{self.feature}-{self.name}"
+
+
+_I = "torch/_inductor/"
+_C = _I + "codegen/"
+RETILE = _C + "cpp_outer_loop_retile.py"
+SPLIT = _C + "cpp_outer_loop_split.py"
+COSTS = _I + "cpp_fusion_costs.py"
+LOAF = _I + "cpp_loop_ordering.py"
+ACC = _C + "cpp_reduction_accumulators.py"
+BLOCK = _I + "cpp_outer_block_fusion.py"
+LOCAL = _C + "cpp_block_local_buffers.py"
+INV = _C + "cpp_invariant_loads.py"
+REGROUP = _C + "cpp_outer_loop_regroup.py"
+STREAM = _C + "cpp_streaming_stores.py"
+PREFETCH = _C + "cpp_outer_loop_prefetch.py"
+
+MUTANTS = (
+    # 0002 re-tile
+    Mutant(
+        "0002",
+        "steps-not-compared",
+        RETILE,
+        '("var", "size", "offset", "steps")',
+        '("var", "size", "offset")',
+        "check",
+    ),
+    Mutant(
+        "0002",
+        "one-outer-level-fewer",
+        RETILE,
+        "return list(loops[:depth]) if",
+        "return list(loops[: depth - 1]) if",
+        "bound",
+    ),
+    Mutant(
+        "0002",
+        "tile-last-fused-level",
+        RETILE,
+        "inner = [i for i in indices if i >= self.min_level]",
+        "inner = [i for i in indices if i >= self.min_level - 1]",
+        "bound",
+    ),
+    Mutant(
+        "0002",
+        "merge-rejected-anyway",
+        RETILE,
+        '_log(self.node, "rejected: outer levels still differ after re-tiling")\n'
+        "            return False",
+        '_log(self.node, "rejected: outer levels still differ after re-tiling")',
+        "rollback",
+    ),
+    # 0003 split
+    Mutant(
+        "0003",
+        "remainder-minus-one",
+        SPLIT,
+        "remainder = size // (target // before)\n",
+        "remainder = size // (target // before) - 1\n",
+        "bound",
+    ),
+    Mutant(
+        "0003",
+        "inexact-split",
+        SPLIT,
+        "if target % before == 0 and size % (target // before) == 0:",
+        "if target % before == 0:",
+        "check",
+    ),
+    Mutant(
+        "0003",
+        "members-not-aligned",
+        SPLIT,
+        "        return None  # members do not share one iteration space",
+        "        pass  # members do not share one iteration space",
+        "check",
+    ),
+    Mutant(
+        "0003",
+        "symbolic-sizes-split",
+        SPLIT,
+        "    if all(isinstance(s, (int, sympy.Integer)) for s in sizes):\n"
+        "        return [int(s) for s in sizes]\n    return None",
+        "    return [int(s) for s in sizes]",
+        "check",
+    ),
+    Mutant(
+        "0003",
+        "split-outside-rollback",
+        SPLIT,
+        "    if not _under_rollback_scope(leaves):\n        return True\n",
+        "",
+        "rollback",
+    ),
+    # 0004 two-step variance
+    Mutant(
+        "0004",
+        "symbolic-rows",
+        COSTS,
+        "return int(expr) if isinstance(expr, (int, sympy.Integer)) else 0",
+        "return int(expr)",
+        "check",
+    ),
+    Mutant(
+        "0004",
+        "rows-from-1024",
+        COSTS,
+        "if ROW_WORTH_TWO_STEPS <= numel <= ROW_FITS_IN_CACHE and fusable:",
+        "if ROW_WORTH_TWO_STEPS // 2 < numel <= ROW_FITS_IN_CACHE and fusable:",
+        "bound",
+        cost_only="picks Welford or two steps: both compute the variance",
+    ),
+    Mutant(
+        "0004",
+        "unfusable-rows-too",
+        COSTS,
+        "<= ROW_FITS_IN_CACHE and fusable:",
+        "<= ROW_FITS_IN_CACHE:",
+        "check",
+        cost_only="picks Welford or two steps: both compute the variance",
+    ),
+    # 0005 loop ordering after fusion
+    Mutant(
+        "0005",
+        "no-restore-when-members-disagree",
+        LOAF,
+        "        snapshot.restore()\n        _normalize_deps(node)",
+        "        _normalize_deps(node)",
+        "rollback",
+    ),
+    Mutant(
+        "0005",
+        "reindex-kept-without-shared-dep",
+        LOAF,
+        "    if not _share_a_dependency(scheduler, node1, node2):\n"
+        "        snapshot.restore()\n        return False",
+        "    if not _share_a_dependency(scheduler, node1, node2):\n"
+        "        return False",
+        "rollback",
+    ),
+    Mutant(
+        "0005",
+        "groups-always-agree",
+        LOAF,
+        "return all(tuple(map(tuple, sn.group[1])) in accepted for sn in fused.snodes)",
+        "return True",
+        "check",
+    ),
+    Mutant(
+        "0005",
+        "stale-group-after-reorder",
+        LOAF,
+        "    else:\n        _recompute_group(node)\n",
+        "",
+        "rollback",
+    ),
+    Mutant(
+        "0005",
+        "prefix-at-least",
+        LOAF,
+        "        if running == product:",
+        "        if running >= product:",
+        "bound",
+    ),
+    # 0006 no local buffer under a tiled outer level
+    Mutant(
+        "0006",
+        "check-removed",
+        RETILE,
+        "        level.steps != 1\n",
+        "        level.steps != level.steps\n",
+        "check",
+    ),
+    Mutant(
+        "0006",
+        "one-level-fewer",
+        RETILE,
+        "for level in (_outer_levels(proxy, depth) or ())",
+        "for level in (_outer_levels(proxy, depth - 1) or ())",
+        "bound",
+    ),
+    Mutant(
+        "0006",
+        "first-kernel-skipped",
+        RETILE,
+        "        for proxy in proxies\n        for level in",
+        "        for proxy in proxies[1:]\n        for level in",
+        "bound",
+    ),
+    # 0007 erf realized
+    Mutant(
+        "0007",
+        "nothing-realized",
+        COSTS,
+        "return not EXPENSIVE_TO_RECOMPUTE.isdisjoint(used_ops)",
+        "return False",
+        "check",
+        cost_only="realizing or inlining a value computes the same value",
+    ),
+    Mutant(
+        "0007",
+        "everything-realized",
+        COSTS,
+        "return not EXPENSIVE_TO_RECOMPUTE.isdisjoint(used_ops)",
+        "return True",
+        "check",
+        cost_only="realizing or inlining a value computes the same value",
+    ),
+    Mutant(
+        "0007",
+        "erf-not-listed",
+        COSTS,
+        'frozenset({"erf", "erfc", "erfinv", "expm1"})',
+        'frozenset({"erfc", "erfinv", "expm1"})',
+        "bound",
+        cost_only="realizing or inlining a value computes the same value",
+    ),
+    # 0008 accumulators
+    Mutant(
+        "0008",
+        "tail-kernel-rotates",
+        ACC,
+        "    if count <= 1 or kernel.tail_size:",
+        "    if count <= 1:",
+        "check",
+    ),
+    Mutant(
+        "0008",
+        "one-slot-not-combined",
+        ACC,
+        "    combined = acc\n    for slot in slots:",
+        "    combined = acc\n    for slot in slots[1:]:",
+        "bound",
+    ),
+    Mutant(
+        "0008",
+        "rotation-drops-a-slot",
+        ACC,
+        "{moves} {slots[-1]} = rotated; }}",
+        "{moves} }}",
+        "bound",
+    ),
+    Mutant(
+        "0008",
+        "welford-rotates",
+        ACC,
+        'ROTATABLE_REDUCTIONS = ("sum", "max", "min")',
+        'ROTATABLE_REDUCTIONS = ("sum", "max", "min", "welford_reduce")',
+        "check",
+    ),
+    # 0009 outer-block fusion
+    Mutant(
+        "0009",
+        "read-one-past-block",
+        BLOCK,
+        "bounds.upper <= block - 1",
+        "bounds.upper <= block",
+        "bound",
+    ),
+    Mutant(
+        "0009",
+        "outer-coefficients-not-compared",
+        BLOCK,
+        "if write.outer_sizes != read.outer_sizes or write.outer_coeffs != "
+        "read.outer_coeffs:",
+        "if write.outer_sizes != read.outer_sizes:",
+        "check",
+    ),
+    Mutant(
+        "0009",
+        "overlapping-blocks",
+        BLOCK,
+        "        if int(coeff) < span:\n            return False",
+        "        if int(coeff) < span // 2:\n            return False",
+        "bound",
+    ),
+    Mutant(
+        "0009",
+        "sparse-block-written",
+        BLOCK,
+        "        if stride != expected:\n            return None\n",
+        "",
+        "check",
+    ),
+    Mutant(
+        "0009",
+        "mutation-allowed",
+        BLOCK,
+        "                return False  # a mutation or an opaque read of the block",
+        "                continue  # a mutation or an opaque read of the block",
+        "check",
+    ),
+    # 0010 invariant loads
+    Mutant(
+        "0010",
+        "inner-variable-invariant",
+        INV,
+        "if _LOOP_VAR.match(word) and word != inner_var:",
+        "if _LOOP_VAR.match(word):",
+        "check",
+    ),
+    Mutant(
+        "0010",
+        "written-memory-moved",
+        INV,
+        '        if memory_of(kernel.args, match["ptr"]) in written:\n'
+        "            continue\n",
+        "",
+        "check",
+    ),
+    Mutant(
+        "0010",
+        "second-innermost-loop",
+        INV,
+        "    if depth != len(loop_nest.loops) - 1:",
+        "    if depth != len(loop_nest.loops) - 2:",
+        "bound",
+    ),
+    Mutant(
+        "0010",
+        "aliases-not-resolved",
+        INV,
+        "            if pointer in names:\n                return inner",
+        "            if pointer in names:\n                return pointer",
+        "check",
+    ),
+    # 0011 block local buffers
+    Mutant(
+        "0011",
+        "reader-with-more-loops",
+        LOCAL,
+        "            if depth + len(read.inner_ranges) > writer_vars:\n"
+        "                return None  # a loop variable the index rewriting would zero",
+        "            if depth + len(read.inner_ranges) > writer_vars + 1:\n"
+        "                return None  # a loop variable the index rewriting would zero",
+        "bound",
+    ),
+    Mutant(
+        "0011",
+        "block-size-unchecked",
+        LOCAL,
+        "    if math.prod(inner_sizes) != block:\n        return None\n",
+        "",
+        "check",
+    ),
+    Mutant(
+        "0011",
+        "users-outside-the-fusion",
+        LOCAL,
+        "    if not output.users or any(",
+        "    if not output.users or all(",
+        "check",
+    ),
+    Mutant(
+        "0011",
+        "reads-outside-block",
+        LOCAL,
+        "            if not _same_block(write, read):\n                return None\n",
+        "",
+        "check",
+    ),
+    # 0012 regroup
+    Mutant(
+        "0012",
+        "two-member-nodes",
+        REGROUP,
+        "    if len(members) <= 2:",
+        "    if len(members) <= 1:",
+        "bound",
+    ),
+    Mutant(
+        "0012",
+        "member-dropped",
+        REGROUP,
+        "node.scheduler, members[:-1], node.outer_loop_fusion_depth",
+        "node.scheduler, members[:-2], node.outer_loop_fusion_depth",
+        "bound",
+    ),
+    Mutant(
+        "0012",
+        "last-member-not-emitted",
+        REGROUP,
+        "    scheduling.kernel_group.finalize_kernel(proxy, last)\n",
+        "",
+        "other",
+    ),
+    # 0013 streaming stores
+    Mutant(
+        "0013",
+        "read-back-streamed",
+        STREAM,
+        "if not names or memory_of(args, pointer) in used:",
+        "if not names:",
+        "check",
+    ),
+    Mutant(
+        "0013",
+        "half-aligned-avx512",
+        STREAM,
+        "(reinterpret_cast<std::uintptr_t>(ptr) & 63) == 0",
+        "(reinterpret_cast<std::uintptr_t>(ptr) & 31) == 0",
+        "bound",
+    ),
+    Mutant(
+        "0013",
+        "any-dtype",
+        STREAM,
+        "            _dtype(name) == torch.float32 and buffer_bytes(name) >= min_bytes",
+        "            buffer_bytes(name) >= min_bytes",
+        "check",
+    ),
+    Mutant(
+        "0013",
+        "region-not-braced",
+        STREAM,
+        '            if opening.strip() != "{":\n                return None\n',
+        "",
+        "check",
+    ),
+    # 0014 prefetch
+    Mutant(
+        "0014",
+        "symbolic-step",
+        PREFETCH,
+        "    if not isinstance(outer.steps, (int, sympy.Integer)):\n"
+        "        return  # a symbolic step (dynamic shapes)\n",
+        "",
+        "check",
+    ),
+    Mutant(
+        "0014",
+        "prefetch-before-loop-body",
+        PREFETCH,
+        "            lines.insert(index, _prefetch(text, load, rows.ahead(load)))",
+        "            lines.insert(start, _prefetch(text, load, rows.ahead(load)))",
+        "bound",
+    ),
+    Mutant(
+        "0014",
+        "nested-loop-not-refused",
+        PREFETCH,
+        "            return False  # a nested loop first: not the same iteration space",
+        "            continue  # a nested loop first: not the same iteration space",
+        "check",
+    ),
+    Mutant(
+        "0014",
+        "last-pass-off-by-one",
+        PREFETCH,
+        "    code._lines[starts[-1] :] = rewritten",
+        "    code._lines[starts[-1] - 1 :] = rewritten",
+        "bound",
+    ),
+)
+
+
+class StaleMutant(Exception):
+    """The mutant's original text is not found exactly once in the installed file."""
+
+
+def mutated_source(mutant: Mutant, root: Path | None = None) -> str:
+    """The installed module's text with the mutant applied; StaleMutant if stale."""
+    path = (root or site_root()) / mutant.path
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise StaleMutant(f"{mutant.ident}: {mutant.path} is not installed") from None
+    count = text.count(mutant.original)
+    if count != 1:
+        raise StaleMutant(
+            f"{mutant.ident}: its original text occurs {count} times in "
+            f"{mutant.path} (expected once): update the mutant"
+        )
+    return text.replace(mutant.original, mutant.mutated)
+
+
+_SITECUSTOMIZE = """\
+# Generated by tools/fuzz/mutants.py: import {module} from {path}.
+import importlib.abc
+import importlib.util
+import sys
+
+
+class MutantFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == {module!r}:
+            return importlib.util.spec_from_file_location(fullname, {path!r})
+        return None
+
+
+sys.meta_path.insert(0, MutantFinder())
+"""
+
+
+def shadow_env(mutant: Mutant, directory: Path, root: Path | None = None) -> dict:
+    """Environment whose Python imports the mutated module instead of the
+    installed one (a sitecustomize on PYTHONPATH); StaleMutant if stale."""
+    source = mutated_source(mutant, root)
+    directory.mkdir(parents=True, exist_ok=True)
+    module_file = directory / f"mutant_{Path(mutant.path).name}"
+    module_file.write_text(source)
+    (directory / "sitecustomize.py").write_text(
+        _SITECUSTOMIZE.format(module=mutant.module, path=str(module_file))
+    )
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(directory), str(REPO_ROOT)]),
+    }
+
+
+@dataclasses.dataclass
+class Outcome:
+    ident: str
+    feature: str
+    kind: str
+    status: str  # killed | survived | stale | error
+    seconds: float = 0.0
+    programs: int = 0
+    reached: int = 0  # programs whose kernels the mutated feature changed
+    detail: str = ""
+    cost_only: str = ""
+
+
+def _examples(run_dir: Path) -> list[dict]:
+    records = []
+    for path in sorted(run_dir.glob("worker*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return [r for r in records if r.get("type") == "example"]
+
+
+def run_one(
+    mutant: Mutant | None,
+    out: Path,
+    *,
+    seconds: float,
+    seed: int,
+    profile: str,
+    log=print,
+) -> Outcome:
+    """Fuzz with ``mutant`` (None: the control) until a failure or ``seconds``."""
+    ident = mutant.ident if mutant else "control"
+    work = out / ident
+    run_dir, repro_dir = work / "run", work / "repros"
+    feature = mutant.feature if mutant else ""
+    outcome = Outcome(
+        ident,
+        feature,
+        mutant.kind if mutant else "",
+        "error",
+        cost_only=mutant.cost_only if mutant else "",
+    )
+    shutil.rmtree(work, ignore_errors=True)  # fresh run and repro directories
+    work.mkdir(parents=True)
+    try:
+        env = (
+            shadow_env(mutant, work / "shadow")
+            if mutant
+            else {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        )
+    except StaleMutant as exc:
+        outcome.status, outcome.detail = "stale", str(exc)
+        return outcome
+    cmd = [
+        sys.executable,
+        "-m",
+        "tools.fuzz",
+        "run",
+        "--profile",
+        profile,
+        "--workers",
+        "1",
+        "--seed",
+        str(seed),
+        "--seconds",
+        str(seconds),
+        "--out",
+        str(run_dir),
+        "--repro-dir",
+        str(repro_dir),
+        "--no-shrink",
+    ]
+    start = time.time()
+    with (work / "fuzz.log").open("w") as log_file:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        failed = None
+        while proc.poll() is None:
+            time.sleep(2.0)
+            failed = next(
+                (r for r in _examples(run_dir) if r["status"] == "ours"), None
+            )
+            if failed is not None or time.time() - start > seconds + 240:
+                os.killpg(proc.pid, signal.SIGTERM)  # the first failure is enough
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                break
+    examples = _examples(run_dir)
+    failed = failed or next((r for r in examples if r["status"] == "ours"), None)
+    outcome.seconds = round(time.time() - start, 1)
+    outcome.programs = sum(1 for r in examples if r["status"] != "invalid")
+    if feature:
+        outcome.reached = sum(
+            1 for r in examples if r.get("stats", {}).get("reach", {}).get(feature)
+        )
+    if failed is not None:
+        outcome.status = "killed"
+        outcome.detail = f"{failed['kind']}: {failed['message'][:300]}"
+    elif proc.returncode not in (0, None) and proc.returncode != -signal.SIGTERM:
+        text = (work / "fuzz.log").read_text()
+        crashed = "crashed workers" in text
+        outcome.status = "killed" if crashed else "error"
+        outcome.detail = (
+            "a worker died" if crashed else f"fuzz exit code {proc.returncode}"
+        )
+    else:
+        outcome.status = "survived"
+    log(
+        f"mutants: {ident:<48s} {outcome.status:<8s} {outcome.seconds:6.0f} s, "
+        f"{outcome.programs} programs, feature reached in {outcome.reached}"
+    )
+    return outcome
+
+
+def run_mutants(
+    *,
+    seconds: float = 90,
+    seed: int = 0,
+    profile: str = "mutants",
+    only: str = "",
+    survivors: bool = False,
+    out: Path | None = None,
+    log=print,
+) -> dict:
+    """Run the control, then the selected mutants; write and return the report.
+
+    ``survivors``: rerun only the mutants that survived (or errored) in the
+    report in ``out`` (those of them in ``only``, if given), keeping the
+    other outcomes of that report.
+    """
+    out = Path(out or DEFAULT_OUT)
+    out.mkdir(parents=True, exist_ok=True)
+    previous: dict[str, Outcome] = {}
+    if survivors:
+        old = json.loads((out / "report.json").read_text())
+        previous = {m["ident"]: Outcome(**m) for m in old["mutants"]}
+        wanted = only.split(",") if only else []
+        only = ",".join(
+            ident
+            for ident, o in previous.items()
+            if o.status in ("survived", "error")
+            and (not wanted or ident in wanted or o.feature in wanted)
+        )
+        if not only:
+            log("mutants: no survivors to rerun")
+            return old
+    selected = [
+        m
+        for m in MUTANTS
+        if not only or m.feature in only.split(",") or m.ident in only.split(",")
+    ]
+    log(
+        f"mutants: {len(selected)} mutants, {seconds:.0f} s each, seed {seed}, "
+        f"profile {profile}, one worker; control run first"
+    )
+    control = run_one(None, out, seconds=seconds, seed=seed, profile=profile, log=log)
+    outcomes = []
+    if control.status == "survived":  # the control must pass
+        outcomes = [
+            run_one(m, out, seconds=seconds, seed=seed, profile=profile, log=log)
+            for m in selected
+        ]
+    rerun = [o.ident for o in outcomes]
+    if previous:
+        outcomes = [
+            o
+            for o in [*previous.values(), *outcomes]
+            if o.ident not in rerun or o in outcomes
+        ]
+        order = [m.ident for m in MUTANTS]
+        outcomes.sort(key=lambda o: order.index(o.ident) if o.ident in order else 0)
+    report = {
+        "date": time.strftime("%Y-%m-%d"),
+        "rerun": rerun if previous else [],
+        "seconds_per_mutant": seconds,
+        "seed": seed,
+        "profile": profile,
+        "control": dataclasses.asdict(control),
+        "mutants": [dataclasses.asdict(o) for o in outcomes],
+        "features": _per_feature(outcomes),
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    (out / "report.md").write_text(format_report(report))
+    log(format_report(report))
+    return report
+
+
+def _per_feature(outcomes: list[Outcome]) -> dict:
+    table: dict[str, dict] = {}
+    for o in outcomes:
+        row = table.setdefault(
+            o.feature,
+            dict.fromkeys(
+                (
+                    "mutants",
+                    "killed",
+                    "survived",
+                    "stale",
+                    "error",
+                    "cost_only",
+                    "cost_only_killed",
+                ),
+                0,
+            ),
+        )
+        row["mutants"] += 1
+        if o.cost_only:
+            row["cost_only"] += 1
+            row["cost_only_killed"] += o.status == "killed"
+        else:
+            row[o.status] += 1
+    return dict(sorted(table.items()))
+
+
+def kill_rate(report: dict, *, include_cost_only: bool = False) -> float:
+    rows = report["features"].values()
+    killed = sum(
+        r["killed"] + (r["cost_only_killed"] if include_cost_only else 0) for r in rows
+    )
+    total = sum(
+        r["killed"] + r["survived"] + (r["cost_only"] if include_cost_only else 0)
+        for r in rows
+    )
+    return killed / total if total else 0.0
+
+
+def format_report(report: dict) -> str:
+    control = report["control"]
+    control_detail = f"; {control['detail']}" if control["detail"] else ""
+    lines = [
+        f"# Overlay mutants ({report['date']})",
+        "",
+        f"Fuzzer: profile `{report['profile']}`, one worker, seed {report['seed']}, "
+        f"{report['seconds_per_mutant']:.0f} s per mutant, stopped at the first "
+        "failure.",
+        f"Control run (no mutant): **{control['status']}** "
+        f"({control['programs']} programs{control_detail}).",
+        "",
+    ]
+    if control["status"] != "survived":
+        lines.append("The control run did not pass: no mutant was run.")
+        return "\n".join(lines) + "\n"
+    if report.get("rerun"):
+        lines += [
+            f"Rerun of the {len(report['rerun'])} survivors of an earlier report "
+            "(with the same budget); the other outcomes are that report's.",
+            "",
+        ]
+    lines += [
+        "| feature | mutants | killed | survived | stale | cost-only (killed) "
+        "| kill rate |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for feature, r in report["features"].items():
+        judged = r["killed"] + r["survived"]
+        rate = f"{100 * r['killed'] / judged:.0f}%" if judged else "-"
+        lines.append(
+            f"| {feature} | {r['mutants']} | {r['killed']} | {r['survived']} | "
+            f"{r['stale']} | {r['cost_only']} ({r['cost_only_killed']}) | {rate} |"
+        )
+    lines += [
+        "",
+        f"Kill rate of the mutants that can change results: "
+        f"**{100 * kill_rate(report):.0f}%**; with the cost-only ones: "
+        f"{100 * kill_rate(report, include_cost_only=True):.0f}%.",
+        "",
+        "## Survivors, stale and cost-only mutants",
+        "",
+    ]
+    for m in report["mutants"]:
+        if m["status"] == "killed" and not m["cost_only"]:
+            continue
+        why = m["detail"] or (f"cost only: {m['cost_only']}" if m["cost_only"] else "")
+        lines.append(
+            f"- `{m['ident']}` ({m['kind']}): {m['status']}, {m['programs']} programs, "
+            f"feature reached in {m['reached']}. {why}"
+        )
+    lines += ["", "## Killed", ""]
+    for m in report["mutants"]:
+        if m["status"] == "killed" and not m["cost_only"]:
+            lines.append(
+                f"- `{m['ident']}` in {m['seconds']:.0f} s: {m['detail'][:160]}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.fuzz.mutants",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--seconds", type=float, default=90, help="budget per mutant")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", default="mutants")
+    parser.add_argument(
+        "--only", default="", help="features or mutant ids, comma-separated"
+    )
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="rerun the survivors of the report in --out, keep the other outcomes",
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="list mutants, mark stale ones"
+    )
+    args = parser.parse_args(argv)
+    if args.list:
+        stale = 0
+        for m in MUTANTS:
+            try:
+                mutated_source(m)
+                state = "ok"
+            except StaleMutant as exc:
+                state, stale = f"STALE: {exc}", stale + 1
+            print(
+                f"{m.ident:<48s} {m.kind:<8s} "
+                f"{'cost-only ' if m.cost_only else ''}{state}"
+            )
+        return 1 if stale else 0
+    report = run_mutants(
+        seconds=args.seconds,
+        seed=args.seed,
+        profile=args.profile,
+        only=args.only,
+        survivors=args.survivors,
+        out=args.out,
+    )
+    return 0 if report["control"]["status"] == "survived" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

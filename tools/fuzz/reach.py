@@ -1,0 +1,190 @@
+"""Which overlay feature changed a program's kernels: counted at the decision.
+
+Every feature has one decision function in its overlay module whose outcome
+says "this kernel is not stock's": the re-tile accepted, the split applied,
+the Welford threshold raised, the accumulators multiplied, the loads hoisted,
+and so on.  ``install()`` wraps those functions (the patched upstream files
+import them lazily, inside the hooks, so a wrapped module attribute is what
+they call) and counts the calls whose outcome changed the kernel; loop
+ordering after fusion also reads stock's ``metrics.num_loop_reordering``.
+Nothing in the overlay is edited: the counts are the fuzzer's own.
+
+``REACH`` lists the features in patch order; the fuzz summary reports, per
+feature, how many programs it changed.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    feature: str  # the patch number, "0002" ...
+    title: str
+    module: str  # under torch._inductor
+    function: str  # "name" or "Class.method"
+    changed: Callable[[tuple, Any], bool]  # (call args, result) -> kernel changed
+
+
+def _block_fused(args, result) -> bool:
+    from torch._inductor.cpp_outer_block_fusion import is_outer_block_fusion
+
+    return bool(is_outer_block_fusion(args[0]))
+
+
+REACH = (
+    Decision(
+        "0002",
+        "re-tile",
+        "codegen.cpp_outer_loop_retile",
+        "OuterLoopRetile.accepts",
+        lambda a, r: bool(r),
+    ),
+    Decision(
+        "0003",
+        "split",
+        "codegen.cpp_outer_loop_split",
+        "_apply_split",
+        lambda a, r: True,
+    ),
+    Decision(
+        "0004",
+        "two-step variance",
+        "cpp_fusion_costs",
+        "two_step_variance_threshold",
+        lambda a, r: r > a[0],
+    ),
+    Decision(
+        "0005",
+        "loop order after fusion (reindex)",
+        "cpp_loop_ordering",
+        "try_reindex_pointwise_for_reduction",
+        lambda a, r: bool(r),
+    ),
+    Decision(
+        "0006",
+        "local buffer under tiled outer level",
+        "codegen.cpp_outer_loop_retile",
+        "tiles_a_fused_outer_level",
+        lambda a, r: bool(r),
+    ),
+    Decision(
+        "0007",
+        "erf realized",
+        "cpp_fusion_costs",
+        "expensive_to_recompute",
+        lambda a, r: bool(r),
+    ),
+    Decision(
+        "0008",
+        "accumulators",
+        "codegen.cpp_reduction_accumulators",
+        "accumulator_count",
+        lambda a, r: r > 1,
+    ),
+    Decision(
+        "0009",
+        "outer-block fusion",
+        "codegen.cpp_block_local_buffers",
+        "block_local_buffers",
+        _block_fused,
+    ),
+    Decision(
+        "0010",
+        "invariant loads",
+        "codegen.cpp_invariant_loads",
+        "_plan",
+        lambda a, r: bool(r),
+    ),
+    Decision(
+        "0011",
+        "block local buffers",
+        "codegen.cpp_block_local_buffers",
+        "block_local_buffers",
+        lambda a, r: bool(r),
+    ),
+    Decision(
+        "0012",
+        "regroup",
+        "codegen.cpp_outer_loop_regroup",
+        "codegen_without_last_member",
+        lambda a, r: bool(r),
+    ),
+    Decision(
+        "0013",
+        "streaming stores",
+        "codegen.cpp_streaming_stores",
+        "stream_large_outputs",
+        lambda a, r: r is not a[1],
+    ),
+    Decision(
+        "0014",
+        "prefetch",
+        "codegen.cpp_outer_loop_prefetch",
+        "_with_prefetches",
+        lambda a, r: r is not None,
+    ),
+)
+
+FEATURES = tuple(dict.fromkeys(d.feature for d in REACH))
+TITLES = {d.feature: d.title.removesuffix(" (reindex)") for d in REACH}
+
+_counts: collections.Counter[str] = collections.Counter()
+_installed: list[str] = []  # features whose decision function was found
+
+
+def install() -> list[str]:
+    """Wrap every decision function once; return the features not found."""
+    if _installed:
+        return [f for f in FEATURES if f not in _installed]
+    by_target: dict[tuple[str, str], list[Decision]] = {}
+    for decision in REACH:
+        by_target.setdefault((decision.module, decision.function), []).append(decision)
+    for (module_name, function), decisions in by_target.items():
+        try:
+            module = importlib.import_module(f"torch._inductor.{module_name}")
+        except ImportError:
+            continue
+        owner: Any = module
+        *path, name = function.split(".")
+        for part in path:
+            owner = getattr(owner, part, None)
+        original = getattr(owner, name, None) if owner is not None else None
+        if original is None:
+            continue
+        setattr(owner, name, _counting(original, decisions))
+        _installed.extend(d.feature for d in decisions)
+    return [f for f in FEATURES if f not in _installed]
+
+
+def _counting(original, decisions: list[Decision]):
+    def wrapper(*args, **kwargs):
+        result = original(*args, **kwargs)
+        for decision in decisions:
+            try:
+                if decision.changed(args, result):
+                    _counts[decision.feature] += 1
+            except Exception:  # noqa: BLE001 - counting must never break codegen
+                pass
+        return result
+
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    return wrapper
+
+
+def reset() -> None:
+    _counts.clear()
+
+
+def counts() -> dict[str, int]:
+    """Per feature, the decisions that changed a kernel since ``reset()``."""
+    from torch._inductor import metrics
+
+    result = {f: _counts.get(f, 0) for f in FEATURES}
+    result["0005"] += metrics.num_loop_reordering  # stock's counter, CPU reorders
+    return result
