@@ -69,6 +69,7 @@ LOCAL = _C + "cpp_block_local_buffers.py"
 INV = _C + "cpp_invariant_loads.py"
 REGROUP = _C + "cpp_outer_loop_regroup.py"
 STREAM = _C + "cpp_streaming_stores.py"
+HELPERS = _C + "cpp_kernel_helpers.py"
 PREFETCH = _C + "cpp_outer_loop_prefetch.py"
 
 MUTANTS = (
@@ -452,7 +453,7 @@ MUTANTS = (
     Mutant(
         "0013",
         "half-aligned-avx512",
-        STREAM,
+        HELPERS,
         "(reinterpret_cast<std::uintptr_t>(ptr) & 63) == 0",
         "(reinterpret_cast<std::uintptr_t>(ptr) & 31) == 0",
         "bound",
