@@ -99,7 +99,8 @@ def test_upstream_cases_keep_upstreams_dims():
 
 
 def options(**kw):
-    defaults = {"quick": True, "only": "", "reps": 2, "copy_gbs": 1.0, "profile": False}
+    defaults = {"quick": True, "only": "", "reps": 2, "copy_gbs": 1.0, "profile": False,
+                "partial": {}, "save_partial": lambda: None}  # fmt: skip
     return argparse.Namespace(**{**defaults, **kw})
 
 
@@ -153,3 +154,9 @@ def test_every_kind_replays(kind):
     workload = bm.op_workload(case)
     fn, (x,), min_bytes = workload.make()
     assert fn(x).shape == x.shape and min_bytes == 2 * x.numel() * 4
+
+
+def test_instance_norm_replays_at_upstreams_3d_shape():
+    case = bm.OpCase("instance_norm", (32, 8, 16), (0, 1, 2), ())
+    fn, (x,), _ = bm.op_workload(case).make()
+    assert fn(x).shape == (32, 8, 16)

@@ -456,8 +456,9 @@ def op_fn(case: OpCase):
         if case.kind == "group_norm":
             return norm
         return torch.nn.Sequential(norm, torch.nn.SiLU())
-    if case.kind == "instance_norm":
-        return torch.nn.InstanceNorm2d(channels, affine=True)
+    if case.kind == "instance_norm":  # InstanceNorm1d/2d/3d by rank
+        rank = max(len(case.shape) - 2, 1)
+        return getattr(torch.nn, f"InstanceNorm{rank}d")(channels, affine=True)
     if case.kind in ("softmax", "log_softmax"):
         op = getattr(torch, case.kind)
         (dim,) = case.param
@@ -509,8 +510,9 @@ def _model_workload(spec: ModelSpec, quick: bool) -> bench.Workload:
     return bench.Workload(spec.name, make)
 
 
-def _run_rows(workloads, opts, threads, **timing) -> list[dict]:
-    rows = []
+def _run_rows(suite: str, workloads, opts, threads, **timing) -> list[dict]:
+    """Time every workload at every thread count; rows go to opts.partial[suite]."""
+    rows: list[dict] = opts.partial.setdefault(suite, [])
     for workload, extra in workloads:
         for t in threads:
             try:
@@ -527,6 +529,7 @@ def _run_rows(workloads, opts, threads, **timing) -> list[dict]:
                     flush=True,
                 )
             rows.append({**row, **extra})
+            opts.save_partial()
     return rows
 
 
@@ -539,7 +542,7 @@ def run_ops(opts, threads) -> list[dict]:
     print(f"operator cases: {len(cases)} (de-duplicated)", flush=True)
     workloads = [(_floor_workload(), {"sources": ["floor"]})]
     workloads += [(op_workload(c), {"sources": s}) for c, s in cases.items()]
-    return _run_rows(workloads, opts, threads, fullgraph=True)
+    return _run_rows("ops", workloads, opts, threads, fullgraph=True)
 
 
 def run_models(opts, threads) -> list[dict]:
@@ -547,7 +550,7 @@ def run_models(opts, threads) -> list[dict]:
     specs = [s for s in MODELS if s.timed and (not only or s.name in only)]
     workloads = [(_model_workload(s, opts.quick), {"note": s.note}) for s in specs]
     rows = _run_rows(
-        workloads, opts, threads, fullgraph=True,
+        "models", workloads, opts, threads, fullgraph=True,
         copies=MODEL_INPUT_COPIES, warmup=MODEL_WARMUP_ROUNDS,
     )  # fmt: skip
     if opts.profile:
@@ -566,7 +569,7 @@ NORM_MARKERS = ("layer_norm", "group_norm", "softmax", "pow_rsqrt", "rsqrt", "me
 
 def _kernel_kind(name: str) -> str:
     if "cpp_fused" in name or name.startswith("graph_"):
-        return "norm kernels" if any(m in name for m in NORM_MARKERS) else "other C++ kernels"
+        return "norm and softmax kernels" if any(m in name for m in NORM_MARKERS) else "other C++ kernels"
     if any(op in name for op in ("mm", "linear", "convolution", "conv", "bmm", "matmul")):
         return "matmul / conv (aten)"
     if "scaled_dot_product" in name or "flash_attention" in name:
@@ -700,33 +703,44 @@ def geomean(values):
 
 
 def _run_child(opts, out: Path) -> dict:
+    """Run the suites in a child with GLIBC_TUNABLES set.  The child rewrites
+    ``out`` after every row: a run cut short still reports what it timed."""
     env = dict(os.environ)
     env["GLIBC_TUNABLES"] = bench.NO_PAGE_FAULT_TUNABLES
     args = [sys.executable, "-m", "tools.bench_models", "--child", str(out),
             "--suite", opts.suite, "--threads", opts.threads, "--reps", str(opts.reps),
             "--only", opts.only]  # fmt: skip
     args += ["--quick"] * opts.quick + ["--profile"] * opts.profile
-    subprocess.run(args, env=env, check=True)
-    return json.loads(out.read_text())
+    returncode = subprocess.run(args, env=env).returncode
+    if not out.exists():
+        raise SystemExit(f"the benchmark child failed (exit {returncode}) before any row")
+    result = json.loads(out.read_text())
+    result["partial"] = returncode != 0
+    return result
 
 
-def _child(opts) -> dict:
+def _child(opts) -> None:
     import warnings
 
     import torch
 
     warnings.filterwarnings("ignore", message=".*force_disable_caches")
-
     threads = sorted({int(t) for t in opts.threads.split(",")})
     opts.copy_gbs = bench._copy_bandwidth(5)
+    result = {"torch": torch.__version__, "copy_gbs": opts.copy_gbs, "ops": [],
+              "models": [], "cpu_pressure": [bench._cpu_pressure()]}  # fmt: skip
+
+    def save_partial():
+        result["cpu_pressure"][1:] = [bench._cpu_pressure()]
+        opts.child.write_text(json.dumps(result))
+
+    opts.partial, opts.save_partial = result, save_partial
     bench._compile(lambda x: x.sum(0) + 1, (torch.randn(8, 8),), overlay=False)
-    pressure = [bench._cpu_pressure()]
-    models = run_models(opts, threads) if opts.suite in ("models", "all") else []
-    pressure.append(bench._cpu_pressure())
-    ops = run_ops(opts, threads) if opts.suite in ("ops", "all") else []
-    pressure.append(bench._cpu_pressure())
-    return {"torch": torch.__version__, "copy_gbs": opts.copy_gbs, "ops": ops,
-            "models": models, "cpu_pressure": pressure}  # fmt: skip
+    if opts.suite in ("models", "all"):
+        run_models(opts, threads)
+    if opts.suite in ("ops", "all"):
+        run_ops(opts, threads)
+    save_partial()
 
 
 def main(argv=None) -> int:
@@ -743,7 +757,7 @@ def main(argv=None) -> int:
     if opts.reps is None:
         opts.reps = 3 if opts.quick else 15
     if opts.child:
-        opts.child.write_text(json.dumps(_child(opts)))
+        _child(opts)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         result = _run_child(opts, Path(tmp) / "result.json")
@@ -775,7 +789,8 @@ def _header(opts, result) -> str:
         f"input copies, models over {MODEL_INPUT_COPIES}); ratios are medians of "
         f"per-repetition ratios. Models: patched/stock geomean {geo or 'n/a'}. "
         f"Upstream operator benchmarks read at pytorch/pytorch {commits}. "
-        f"CPU pressure (start / after the models / end): {' | '.join(result['cpu_pressure'])}"
+        f"CPU pressure (start / end): {' | '.join(result['cpu_pressure'])}"
+        + (" PARTIAL: the run was cut short." if result.get("partial") else "")
     )
 
 
