@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 from tools import bench
@@ -88,9 +89,14 @@ def _bert(quick, attn="sdpa"):
 
     layers, batch, seq = (1, 1, 32) if quick else (2, 4, 128)
     model = _transformers_model(
-        BertModel, BertConfig, hidden_size=768, num_attention_heads=12,
-        intermediate_size=3072, num_hidden_layers=layers, attn_implementation=attn,
-    )  # fmt: skip
+        BertModel,
+        BertConfig,
+        hidden_size=768,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        num_hidden_layers=layers,
+        attn_implementation=attn,
+    )
     return model, _token_args(30522, batch, seq)
 
 
@@ -99,9 +105,13 @@ def _gpt2(quick, attn="sdpa"):
 
     layers, batch, seq = (1, 1, 32) if quick else (2, 4, 128)
     model = _transformers_model(
-        GPT2Model, GPT2Config, n_embd=768, n_head=12, n_layer=layers,
+        GPT2Model,
+        GPT2Config,
+        n_embd=768,
+        n_head=12,
+        n_layer=layers,
         attn_implementation=attn,
-    )  # fmt: skip
+    )
     return model, _token_args(50257, batch, seq)
 
 
@@ -111,10 +121,17 @@ def _llama(quick, attn="sdpa"):
 
     layers, batch, seq = (1, 1, 32) if quick else (2, 1, 256)
     model = _transformers_model(
-        LlamaModel, LlamaConfig, hidden_size=576, intermediate_size=1536,
-        num_attention_heads=9, num_key_value_heads=3, num_hidden_layers=layers,
-        vocab_size=49152, max_position_embeddings=2048, attn_implementation=attn,
-    )  # fmt: skip
+        LlamaModel,
+        LlamaConfig,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        num_hidden_layers=layers,
+        vocab_size=49152,
+        max_position_embeddings=2048,
+        attn_implementation=attn,
+    )
     return model, _token_args(49152, batch, seq)
 
 
@@ -125,9 +142,16 @@ def _t5(quick, attn="eager"):
 
     layers, batch, src, tgt = (1, 1, 32, 8) if quick else (2, 2, 128, 32)
     model = _transformers_model(
-        T5Model, T5Config, d_model=512, d_ff=2048, num_heads=8, d_kv=64,
-        num_layers=layers, num_decoder_layers=layers, attn_implementation=attn,
-    )  # fmt: skip
+        T5Model,
+        T5Config,
+        d_model=512,
+        d_ff=2048,
+        num_heads=8,
+        d_kv=64,
+        num_layers=layers,
+        num_decoder_layers=layers,
+        attn_implementation=attn,
+    )
     ids = torch.randint(0, 32128, (batch, src))
     decoder_ids = torch.randint(0, 32128, (batch, tgt))
 
@@ -153,10 +177,15 @@ def _vit(quick, attn="sdpa"):
 
     layers, batch = (1, 1) if quick else (2, 4)
     model = _transformers_model(
-        ViTModel, ViTConfig, hidden_size=768, num_attention_heads=12,
-        intermediate_size=3072, num_hidden_layers=layers, image_size=224,
+        ViTModel,
+        ViTConfig,
+        hidden_size=768,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        num_hidden_layers=layers,
+        image_size=224,
         attn_implementation=attn,
-    )  # fmt: skip
+    )
     return model, _image(batch, 224)
 
 
@@ -165,9 +194,14 @@ def _swin(quick, attn="sdpa"):
 
     depths, batch = ((1, 1, 1, 1), 1) if quick else ((2, 2, 2, 2), 2)
     model = _transformers_model(
-        SwinModel, SwinConfig, embed_dim=96, depths=depths,
-        num_heads=(3, 6, 12, 24), image_size=224, attn_implementation=attn,
-    )  # fmt: skip
+        SwinModel,
+        SwinConfig,
+        embed_dim=96,
+        depths=depths,
+        num_heads=(3, 6, 12, 24),
+        image_size=224,
+        attn_implementation=attn,
+    )
     return model, _image(batch, 224)
 
 
@@ -176,9 +210,12 @@ def _convnext(quick, attn=None):
 
     depths, batch = ((1, 1, 1, 1), 1) if quick else ((1, 1, 3, 1), 4)
     model = _transformers_model(
-        ConvNextModel, ConvNextConfig, hidden_sizes=(96, 192, 384, 768),
-        depths=depths, image_size=224,
-    )  # fmt: skip
+        ConvNextModel,
+        ConvNextConfig,
+        hidden_sizes=(96, 192, 384, 768),
+        depths=depths,
+        image_size=224,
+    )
     return model, _image(batch, 224)
 
 
@@ -188,9 +225,13 @@ def _efficientnet(quick, attn=None):
 
     batch = 1 if quick else 4
     model = _transformers_model(
-        EfficientNetModel, EfficientNetConfig, width_coefficient=1.0,
-        depth_coefficient=1.0, image_size=224, hidden_dim=1280,
-    )  # fmt: skip
+        EfficientNetModel,
+        EfficientNetConfig,
+        width_coefficient=1.0,
+        depth_coefficient=1.0,
+        image_size=224,
+        hidden_dim=1280,
+    )
     return model, _image(batch, 224)
 
 
@@ -203,12 +244,17 @@ def _unet(quick, attn=None, sample=32, batch=2):
     if quick:
         sample, batch = 16, 1
     torch.manual_seed(0)
-    model = UNet2DModel(
-        sample_size=sample, in_channels=4, out_channels=4,
-        block_out_channels=(320, 640), layers_per_block=1,
+    model: Any = UNet2DModel(
+        sample_size=sample,
+        in_channels=4,
+        out_channels=4,
+        block_out_channels=(320, 640),
+        layers_per_block=1,
         down_block_types=("DownBlock2D", "AttnDownBlock2D"),
-        up_block_types=("AttnUpBlock2D", "UpBlock2D"), attention_head_dim=64,
-    ).eval()  # fmt: skip
+        up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+        attention_head_dim=64,
+    )
+    model.eval()
 
     class Denoise(torch.nn.Module):
         def __init__(self):
@@ -218,7 +264,10 @@ def _unet(quick, attn=None, sample=32, batch=2):
         def forward(self, latents, timestep):
             return self.unet(latents, timestep).sample
 
-    return Denoise().eval(), (torch.randn(batch, 4, sample, sample), torch.tensor([10.0]))
+    return Denoise().eval(), (
+        torch.randn(batch, 4, sample, sample),
+        torch.tensor([10.0]),
+    )
 
 
 def _unet_sd_latents(quick, attn=None):
@@ -226,32 +275,72 @@ def _unet_sd_latents(quick, attn=None):
 
 
 MODELS = (
-    ModelSpec("bert", "transformers", _bert,
-              "BERT-base widths (768, 12 heads, 3072), 2 of 12 layers, batch 4 x 128 tokens"),
-    ModelSpec("gpt2", "transformers", _gpt2,
-              "GPT-2 small widths (768, 12 heads), 2 of 12 layers, batch 4 x 128 tokens"),
-    ModelSpec("llama", "transformers", _llama,
-              "LLaMA architecture at SmolLM-135M widths (576, 9/3 heads, 1536), "
-              "2 of 30 layers, 1 x 256 tokens"),
-    ModelSpec("t5", "transformers", _t5,
-              "t5-small widths (512, 8 heads, 2048), 2+2 of 6+6 layers, "
-              "batch 2, 128 source / 32 target tokens"),
-    ModelSpec("vit", "transformers", _vit,
-              "ViT-B/16 widths (768, 12 heads, 3072), 2 of 12 layers, 4 images of 224"),
-    ModelSpec("swin", "transformers", _swin,
-              "Swin-T widths (96..768, 3..24 heads), depths 2,2,2,2 of 2,2,6,2, "
-              "2 images of 224"),
-    ModelSpec("convnext", "transformers", _convnext,
-              "ConvNeXt-T widths (96..768), depths 1,1,3,1 of 3,3,9,3, 4 images of 224"),
-    ModelSpec("efficientnet", "transformers", _efficientnet,
-              "EfficientNet-B0, full depth, 4 images of 224"),
-    ModelSpec("unet", "diffusers", _unet,
-              "UNet2DModel, SD 1.x widths 320/640 (2 of 4 levels), GroupNorm(32)+SiLU, "
-              "1 resnet per level, 2 latents of 32x32"),
-    ModelSpec("unet_sd_latents", "diffusers", _unet_sd_latents,
-              "the same UNet at SD 1.x's 64x64 latents, batch 2 (operator shapes only)",
-              timed=False),
-)  # fmt: skip
+    ModelSpec(
+        "bert",
+        "transformers",
+        _bert,
+        "BERT-base widths (768, 12 heads, 3072), 2 of 12 layers, batch 4 x 128 tokens",
+    ),
+    ModelSpec(
+        "gpt2",
+        "transformers",
+        _gpt2,
+        "GPT-2 small widths (768, 12 heads), 2 of 12 layers, batch 4 x 128 tokens",
+    ),
+    ModelSpec(
+        "llama",
+        "transformers",
+        _llama,
+        "LLaMA architecture at SmolLM-135M widths (576, 9/3 heads, 1536), "
+        "2 of 30 layers, 1 x 256 tokens",
+    ),
+    ModelSpec(
+        "t5",
+        "transformers",
+        _t5,
+        "t5-small widths (512, 8 heads, 2048), 2+2 of 6+6 layers, "
+        "batch 2, 128 source / 32 target tokens",
+    ),
+    ModelSpec(
+        "vit",
+        "transformers",
+        _vit,
+        "ViT-B/16 widths (768, 12 heads, 3072), 2 of 12 layers, 4 images of 224",
+    ),
+    ModelSpec(
+        "swin",
+        "transformers",
+        _swin,
+        "Swin-T widths (96..768, 3..24 heads), depths 2,2,2,2 of 2,2,6,2, "
+        "2 images of 224",
+    ),
+    ModelSpec(
+        "convnext",
+        "transformers",
+        _convnext,
+        "ConvNeXt-T widths (96..768), depths 1,1,3,1 of 3,3,9,3, 4 images of 224",
+    ),
+    ModelSpec(
+        "efficientnet",
+        "transformers",
+        _efficientnet,
+        "EfficientNet-B0, full depth, 4 images of 224",
+    ),
+    ModelSpec(
+        "unet",
+        "diffusers",
+        _unet,
+        "UNet2DModel, SD 1.x widths 320/640 (2 of 4 levels), GroupNorm(32)+SiLU, "
+        "1 resnet per level, 2 latents of 32x32",
+    ),
+    ModelSpec(
+        "unet_sd_latents",
+        "diffusers",
+        _unet_sd_latents,
+        "the same UNet at SD 1.x's 64x64 latents, batch 2 (operator shapes only)",
+        timed=False,
+    ),
+)
 # Models whose attention the default (SDPA) hides: their softmax shapes are
 # captured again from the same model with eager attention.
 EAGER_ATTENTION_CAPTURE = ("bert", "gpt2", "llama", "vit", "swin")
@@ -272,8 +361,10 @@ class OpCase:
     @property
     def name(self) -> str:
         shape = "x".join(map(str, self.shape))
-        layout = "" if self.order == tuple(range(len(self.shape))) else "_perm" + "".join(
-            map(str, self.order)
+        layout = (
+            ""
+            if self.order == tuple(range(len(self.shape)))
+            else "_perm" + "".join(map(str, self.order))
         )
         param = ",".join(map(str, self.param))
         return f"{self.kind}({param})_{shape}{layout}"
@@ -300,7 +391,9 @@ def _stride_order(value) -> tuple[int, ...]:
 
 def _target_name(node) -> str:
     target = node.target
-    return target if isinstance(target, str) else getattr(target, "__name__", str(target))
+    return (
+        target if isinstance(target, str) else getattr(target, "__name__", str(target))
+    )
 
 
 def _arg(node, index, name, default=None):
@@ -339,7 +432,9 @@ def _case_of(node):
         return None
     shape, order = tuple(value.shape), _stride_order(value)
     if name == "layer_norm":
-        return OpCase("layer_norm", shape, order, tuple(_arg(node, 1, "normalized_shape")))
+        return OpCase(
+            "layer_norm", shape, order, tuple(_arg(node, 1, "normalized_shape"))
+        )
     if name == "group_norm":
         users = list(node.users)
         silu = len(users) == 1 and _target_name(users[0]) == "silu"
@@ -352,8 +447,10 @@ def _case_of(node):
         return OpCase(name.lstrip("_"), shape, order, _normalize_dim(dim, len(shape)))
     if name == "rms_norm":
         return OpCase("rms_norm", shape, order, (len(shape) - 1,))
-    if name == "mean" and _arg(node, 2, "keepdim", False) and _is_square(x):
+    keepdim = _arg(node, 2, "keepdim", False)
+    if name == "mean" and keepdim and x is not None and _is_square(x):
         base = _value(x.args[0])
+        assert base is not None  # _is_square checked it
         dim = _normalize_dim(_arg(node, 1, "dim"), base.dim())
         return OpCase("rms_norm", tuple(base.shape), _stride_order(base), dim)
     return None
@@ -392,7 +489,7 @@ def model_cases(quick: bool, only: set[str]) -> dict[OpCase, list[str]]:
     for spec in MODELS:
         if only and spec.name not in only:
             continue
-        runs = [("", {})]
+        runs: list[tuple[str, dict]] = [("", {})]
         if spec.name in EAGER_ATTENTION_CAPTURE:
             runs.append((" (eager attention)", {"attn": "eager"}))
         for suffix, kwargs in runs:
@@ -417,21 +514,35 @@ def upstream_cases(quick: bool) -> dict[OpCase, list[str]]:
 
     layernorm = [(1, 8, 16), (8, 8, 16), (32, 8, 16), (64, 128, 56, 56)]
     for shape in layernorm[:1] if quick else layernorm:
-        add(OpCase("layer_norm", shape, dense(shape), shape[1:]), "upstream layernorm_test")
+        add(
+            OpCase("layer_norm", shape, dense(shape), shape[1:]),
+            "upstream layernorm_test",
+        )
     for shape in [(32, 8, 16)] if quick else [(32, 8, 16), (32, 8, 56, 56)]:
         for groups in (2, 4):
-            add(OpCase("group_norm", shape, dense(shape), (groups,)), "upstream groupnorm_test")
-        add(OpCase("instance_norm", shape, dense(shape), ()), "upstream instancenorm_test")
+            add(
+                OpCase("group_norm", shape, dense(shape), (groups,)),
+                "upstream groupnorm_test",
+            )
+        add(
+            OpCase("instance_norm", shape, dense(shape), ()),
+            "upstream instancenorm_test",
+        )
     # nn.Softmax() / nn.Softmax2d / nn.LogSoftmax() on NCHW: dim 1
     softmax = [(1, 3, 256, 256), (4, 3, 256, 256)]
     if not quick:
-        softmax += [(n, 3, h, w) for n in (8, 16) for h in (256, 512) for w in (256, 512)]
+        softmax += [
+            (n, 3, h, w) for n in (8, 16) for h in (256, 512) for w in (256, 512)
+        ]
     for shape in softmax[:1] if quick else softmax:
         for kind in ("softmax", "log_softmax"):
             add(OpCase(kind, shape, dense(shape), (1,)), "upstream softmax_test")
     if not quick:
         for shape, dim in [((700, 23258), 0), ((700, 23258), 1), ((1024, 23258), 1)]:
-            add(OpCase("log_softmax", shape, dense(shape), (dim,)), "upstream softmax_test")
+            add(
+                OpCase("log_softmax", shape, dense(shape), (dim,)),
+                "upstream softmax_test",
+            )
     return cases
 
 
@@ -446,7 +557,6 @@ def _replay_input(case: OpCase):
 def op_fn(case: OpCase):
     """A module or function that runs ``case`` as the model did."""
     import torch
-    import torch.nn.functional as F
 
     channels = case.shape[1] if len(case.shape) > 1 else 1
     if case.kind == "layer_norm":
@@ -516,9 +626,15 @@ def _run_rows(suite: str, workloads, opts, threads, **timing) -> list[dict]:
     for workload, extra in workloads:
         for t in threads:
             try:
-                row = bench.run_workload(workload, t, opts.reps, opts.copy_gbs, **timing)
+                row = bench.run_workload(
+                    workload, t, opts.reps, opts.copy_gbs, **timing
+                )
             except Exception as error:  # one model's failure keeps the others
-                row = {"workload": workload.name, "threads": t, "error": repr(error)[:300]}
+                row = {
+                    "workload": workload.name,
+                    "threads": t,
+                    "error": repr(error)[:300],
+                }
                 print(f"  {workload.name} t={t}: {row['error']}", flush=True)
             else:
                 print(
@@ -550,9 +666,14 @@ def run_models(opts, threads) -> list[dict]:
     specs = [s for s in MODELS if s.timed and (not only or s.name in only)]
     workloads = [(_model_workload(s, opts.quick), {"note": s.note}) for s in specs]
     rows = _run_rows(
-        "models", workloads, opts, threads, fullgraph=True,
-        copies=MODEL_INPUT_COPIES, warmup=MODEL_WARMUP_ROUNDS,
-    )  # fmt: skip
+        "models",
+        workloads,
+        opts,
+        threads,
+        fullgraph=True,
+        copies=MODEL_INPUT_COPIES,
+        warmup=MODEL_WARMUP_ROUNDS,
+    )
     if opts.profile:
         for spec in specs:
             profile = profile_model(spec, opts.quick, threads[0])
@@ -564,13 +685,27 @@ def run_models(opts, threads) -> list[dict]:
 
 # ---------------------------------------------------------------- profile
 
-NORM_MARKERS = ("layer_norm", "group_norm", "softmax", "pow_rsqrt", "rsqrt", "mean", "var")
+NORM_MARKERS = (
+    "layer_norm",
+    "group_norm",
+    "softmax",
+    "pow_rsqrt",
+    "rsqrt",
+    "mean",
+    "var",
+)
 
 
-def _kernel_kind(name: str) -> str:
+def _kernel_kind(name: str) -> str | None:
     if "cpp_fused" in name or name.startswith("graph_"):
-        return "norm and softmax kernels" if any(m in name for m in NORM_MARKERS) else "other C++ kernels"
-    if any(op in name for op in ("mm", "linear", "convolution", "conv", "bmm", "matmul")):
+        return (
+            "norm and softmax kernels"
+            if any(m in name for m in NORM_MARKERS)
+            else "other C++ kernels"
+        )
+    if any(
+        op in name for op in ("mm", "linear", "convolution", "conv", "bmm", "matmul")
+    ):
         return "matmul / conv (aten)"
     if "scaled_dot_product" in name or "flash_attention" in name:
         return "attention (aten)"
@@ -587,7 +722,9 @@ def profile_model(spec: ModelSpec, quick: bool, threads: int, reps: int = 5) -> 
     module, args = spec.build(quick)
     torch._dynamo.reset()
     compiled = torch.compile(bench._fresh(module), dynamic=False, fullgraph=True)
-    with config.patch({"cpp.enable_kernel_profile": True, "force_disable_caches": True}):
+    with config.patch(
+        {"cpp.enable_kernel_profile": True, "force_disable_caches": True}
+    ):
         with torch.no_grad():
             compiled(*args)
     with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -606,8 +743,12 @@ def profile_model(spec: ModelSpec, quick: bool, threads: int, reps: int = 5) -> 
         top.append((ms, event.key))
     top.sort(reverse=True)
     torch._dynamo.reset()
-    return {"threads": threads, "ms": kinds, "total_ms": total,
-            "top": [(name, ms) for ms, name in top[:8]]}  # fmt: skip
+    return {
+        "threads": threads,
+        "ms": kinds,
+        "total_ms": total,
+        "top": [(name, ms) for ms, name in top[:8]],
+    }
 
 
 # ---------------------------------------------------------------- report
@@ -629,7 +770,8 @@ def markdown(result: dict) -> str:
             "### Models (end to end)",
             "",
             "| model | thr | eager ms (median) | stock ms | patched ms | stock/eager "
-            "| patched/eager | patched/stock | nests stock→patched | compile s stock / patched |",
+            "| patched/eager | patched/stock | nests stock→patched "
+            "| compile s stock / patched |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [_model_line(r) for r in result["models"]]
@@ -640,18 +782,27 @@ def markdown(result: dict) -> str:
     if result["ops"]:
         lines += [
             "",
-            "### Operators at the models' shapes and upstream's operator-benchmark shapes",
+            "### Operators at the models' shapes and upstream's operator-benchmark"
+            " shapes",
             "",
-            "| case | from | thr | eager ms (median) | stock ms | patched ms | stock/eager "
-            "| patched/eager | patched/stock | nests stock→patched | compiled-call floor ms |",
+            "| case | from | thr | eager ms (median) | stock ms | patched ms "
+            "| stock/eager | patched/eager | patched/stock | nests stock→patched "
+            "| compiled-call floor ms |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [_op_line(r, floor) for r in result["ops"]]
     return "\n".join(lines) + "\n"
 
 
+def _ratios(r):
+    keys = ("stock_over_eager", "patched_over_eager", "patched_over_stock")
+    return " | ".join(_fmt_ratio(r, key) for key in keys)
+
+
 def _times(r):
-    return " | ".join(f"{r[f'{v}_median_ms']:.3f}" for v in ("eager", "stock", "patched"))
+    return " | ".join(
+        f"{r[f'{v}_median_ms']:.3f}" for v in ("eager", "stock", "patched")
+    )
 
 
 def _model_line(r):
@@ -659,8 +810,7 @@ def _model_line(r):
         return f"| {r['workload']} | {r['threads']} | error: {r['error']} |||||||"
     return (
         f"| {r['workload']} | {r['threads']} | {_times(r)} | "
-        f"{_fmt_ratio(r, 'stock_over_eager')} | {_fmt_ratio(r, 'patched_over_eager')} | "
-        f"{_fmt_ratio(r, 'patched_over_stock')} | {r['stock_nests']}→{r['patched_nests']} | "
+        f"{_ratios(r)} | {r['stock_nests']}→{r['patched_nests']} | "
         f"{r['stock_compile_s']:.0f} / {r['patched_compile_s']:.0f} |"
     )
 
@@ -668,26 +818,32 @@ def _model_line(r):
 def _op_line(r, floor):
     sources = ", ".join(r.get("sources", []))
     if "error" in r:
-        return f"| {r['workload']} | {sources} | {r['threads']} | error: {r['error']} ||||||||"
+        return (
+            f"| {r['workload']} | {sources} | {r['threads']} | "
+            f"error: {r['error']} ||||||||"
+        )
     tiny = r["eager_median_ms"] < TINY_MS and r["workload"] != "compiled_call_floor"
     floor_ms = f"{floor[r['threads']]:.3f}" if tiny and r["threads"] in floor else ""
     return (
         f"| {r['workload']} | {sources} | {r['threads']} | {_times(r)} | "
-        f"{_fmt_ratio(r, 'stock_over_eager')} | {_fmt_ratio(r, 'patched_over_eager')} | "
-        f"{_fmt_ratio(r, 'patched_over_stock')} | {r['stock_nests']}→{r['patched_nests']} | "
+        f"{_ratios(r)} | {r['stock_nests']}→{r['patched_nests']} | "
         f"{floor_ms} |"
     )
 
 
 def _profile_lines(rows):
-    lines = []
+    lines: list[str] = []
     for r in rows:
         profile = r.get("profile")
         if not profile or r["threads"] != profile["threads"]:
             continue
         if not lines:
-            lines += ["", "Where the patched models' time goes (torch.profiler, self CPU ms "
-                      "per call; `cpp.enable_kernel_profile`):", ""]  # fmt: skip
+            lines += [
+                "",
+                "Where the patched models' time goes (torch.profiler, self CPU ms "
+                "per call; `cpp.enable_kernel_profile`):",
+                "",
+            ]
         kinds = ", ".join(f"{k} {v:.2f}" for k, v in sorted(profile["ms"].items()))
         top = "; ".join(f"{name} {ms:.2f}" for name, ms in profile["top"][:4])
         lines.append(f"- {r['workload']} (t={profile['threads']}): {kinds}. Top: {top}")
@@ -707,13 +863,27 @@ def _run_child(opts, out: Path) -> dict:
     ``out`` after every row: a run cut short still reports what it timed."""
     env = dict(os.environ)
     env["GLIBC_TUNABLES"] = bench.NO_PAGE_FAULT_TUNABLES
-    args = [sys.executable, "-m", "tools.bench_models", "--child", str(out),
-            "--suite", opts.suite, "--threads", opts.threads, "--reps", str(opts.reps),
-            "--only", opts.only]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "tools.bench_models",
+        "--child",
+        str(out),
+        "--suite",
+        opts.suite,
+        "--threads",
+        opts.threads,
+        "--reps",
+        str(opts.reps),
+        "--only",
+        opts.only,
+    ]
     args += ["--quick"] * opts.quick + ["--profile"] * opts.profile
     returncode = subprocess.run(args, env=env).returncode
     if not out.exists():
-        raise SystemExit(f"the benchmark child failed (exit {returncode}) before any row")
+        raise SystemExit(
+            f"the benchmark child failed (exit {returncode}) before any row"
+        )
     result = json.loads(out.read_text())
     result["partial"] = returncode != 0
     return result
@@ -727,8 +897,13 @@ def _child(opts) -> None:
     warnings.filterwarnings("ignore", message=".*force_disable_caches")
     threads = sorted({int(t) for t in opts.threads.split(",")})
     opts.copy_gbs = bench._copy_bandwidth(5)
-    result = {"torch": torch.__version__, "copy_gbs": opts.copy_gbs, "ops": [],
-              "models": [], "cpu_pressure": [bench._cpu_pressure()]}  # fmt: skip
+    result = {
+        "torch": torch.__version__,
+        "copy_gbs": opts.copy_gbs,
+        "ops": [],
+        "models": [],
+        "cpu_pressure": [bench._cpu_pressure()],
+    }
 
     def save_partial():
         result["cpu_pressure"][1:] = [bench._cpu_pressure()]
@@ -749,7 +924,9 @@ def main(argv=None) -> int:
     parser.add_argument("--suite", choices=("ops", "models", "all"), default="all")
     parser.add_argument("--threads", default=f"1,{os.cpu_count()}")
     parser.add_argument("--reps", type=int, default=None)
-    parser.add_argument("--only", default="", help="model names (their ops, their runs)")
+    parser.add_argument(
+        "--only", default="", help="model names (their ops, their runs)"
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", type=Path, default=bench.RESULTS_DIR)
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
@@ -777,15 +954,21 @@ def main(argv=None) -> int:
 def _header(opts, result) -> str:
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     models = [r for r in result["models"] if "error" not in r]
-    by_threads = {}
+    by_threads: dict[int, list[float]] = {}
     for r in models:
         by_threads.setdefault(r["threads"], []).append(r["patched_over_stock"])
-    geo = "; ".join(f"{t} thread(s) {geomean(v):.3f}" for t, v in sorted(by_threads.items()))
-    commits = ", ".join(f"{f} @ {c[:12]}" for f, c in UPSTREAM_OPERATOR_BENCHMARKS.items())
+    geo = "; ".join(
+        f"{t} thread(s) {geomean(v):.3f}" for t, v in sorted(by_threads.items())
+    )
+    commits = ", ".join(
+        f"{f} @ {c[:12]}" for f, c in UPSTREAM_OPERATOR_BENCHMARKS.items()
+    )
     return (
-        f"torch {result['torch']}, {platform.machine()}, {os.cpu_count()} cores, {stamp}"
-        f"{' (--quick)' if opts.quick else ''}; GLIBC_TUNABLES={bench.NO_PAGE_FAULT_TUNABLES}; "
-        f"medians of {opts.reps} interleaved reps (ops over {bench.INPUT_COPIES} staggered "
+        f"torch {result['torch']}, {platform.machine()}, {os.cpu_count()} cores, "
+        f"{stamp}{' (--quick)' if opts.quick else ''}; "
+        f"GLIBC_TUNABLES={bench.NO_PAGE_FAULT_TUNABLES}; "
+        f"medians of {opts.reps} interleaved reps (ops over {bench.INPUT_COPIES} "
+        "staggered "
         f"input copies, models over {MODEL_INPUT_COPIES}); ratios are medians of "
         f"per-repetition ratios. Models: patched/stock geomean {geo or 'n/a'}. "
         f"Upstream operator benchmarks read at pytorch/pytorch {commits}. "
