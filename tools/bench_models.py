@@ -664,7 +664,10 @@ def run_ops(opts, threads) -> list[dict]:
 def run_models(opts, threads) -> list[dict]:
     only = {n for n in opts.only.split(",") if n}
     specs = [s for s in MODELS if s.timed and (not only or s.name in only)]
-    workloads = [(_model_workload(s, opts.quick), {"note": s.note}) for s in specs]
+    prefix = "--quick: fewer layers and smaller inputs than " if opts.quick else ""
+    workloads = [
+        (_model_workload(s, opts.quick), {"note": prefix + s.note}) for s in specs
+    ]
     rows = _run_rows(
         "models",
         workloads,
