@@ -23,7 +23,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes fuzz fuzz-mutants build wheel rebase-check pr lint upstream-test clean
+.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes bench-models fuzz fuzz-mutants build wheel rebase-check pr lint upstream-test clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -35,6 +35,8 @@ help:
 	@echo "make demo        outer loop nests and timings, overlay flags off vs on"
 	@echo "make bench       benchmarks: eager vs stock vs patched -> bench/results/"
 	@echo "make bench-shapes  the same over normalizations of many shapes"
+	@echo "make bench-models  random-init transformers/diffusers models and their norms"
+	@echo "                 and softmaxes at the models' shapes (BENCH_MODELS_ARGS=--quick)"
 	@echo "make fuzz        random programs: eager vs overlay flags off vs on (FUZZ_SECONDS,"
 	@echo "                 FUZZ_EXAMPLES, FUZZ_SEED, FUZZ_PROFILE, FUZZ_WORKERS, FUZZ_COVERAGE=1,"
 	@echo "                 FUZZ_DB=shared dir or redis://host:port/0)"
@@ -126,6 +128,19 @@ bench: install
 bench-shapes: install
 	$(VENV_PY) -m pip install --quiet matplotlib
 	$(VENV_PY) -m tools.bench --suite shapes --no-default-malloc $(BENCH_ARGS)
+
+# make bench-models: tools/bench_models.py.  transformers and diffusers build
+# random-init models from configs (no weights downloaded); pip may not move
+# torch (the constraint pins the installed build).  timm is not used: it
+# imports torchvision, whose x86 PyPI wheel is CUDA-built and does not load
+# against torch's CPU build.
+BENCH_MODELS_ARGS ?=
+bench-models: install
+	@$(VENV_PY) -c 'import transformers, diffusers, matplotlib' 2>/dev/null || { \
+	  pin=$$(mktemp) && $(VENV_PY) -c 'import torch; print("torch==" + torch.__version__)' > $$pin \
+	  && $(VENV_PY) -m pip install --quiet -c $$pin transformers diffusers matplotlib; \
+	  status=$$?; rm -f $$pin; exit $$status; }
+	$(VENV_PY) -m tools.bench_models $(BENCH_MODELS_ARGS)
 
 # make fuzz: tools/fuzz (README "Fuzzing").  Empty values take the profile's
 # defaults (dev: 300 s; a random seed, printed).  Failures -> test/regressions/.

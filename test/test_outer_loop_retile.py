@@ -247,6 +247,31 @@ def test_long_rows_fuse_when_every_thread_gets_eight(threads, nests):
     assert patched.nests == nests
 
 
+def test_diffusion_unet_groups_fuse_with_their_silu():
+    # GroupNorm(32, 320) + SiLU over two 64x64 latents: 64 groups of 40960
+    # elements (160 KiB, in L2 between the passes), 32 rows per thread.
+    # Stock leaves the statistics to parallel inner loops: 3 nests.
+    fn = torch.nn.Sequential(torch.nn.GroupNorm(32, 320), torch.nn.SiLU())
+    args = (torch.randn(2, 320, 64, 64),)
+    two_threads = {"cpp.threads": 2}
+    stock = compile_and_inspect(fn, args, overlay=False, extra_config=two_threads)
+    patched = compile_and_inspect(fn, args, extra_config=two_threads)
+    assert stock.total_nests == 3
+    assert patched.nests == [1]
+    assert "welford" not in patched.code  # two steps: the group is re-read from L2
+
+
+@pytest.mark.parametrize(
+    ("width", "nests"),
+    [(128, 1), (160, 3)],  # groups of 131072 (512 KiB) fuse; of 163840 do not
+)
+def test_rows_fuse_up_to_half_of_l2(width, nests):
+    fn = torch.nn.GroupNorm(16, 64)  # 16 groups of 4 * 256 * width elements
+    args = (torch.randn(1, 64, 256, width),)
+    patched = compile_and_inspect(fn, args, extra_config={"cpp.threads": 2})
+    assert patched.total_nests == nests
+
+
 def test_few_large_groups_keep_parallel_inner_loops():
     # 4 groups of 32768 (upstream's test_group_norm_large_input): too few
     # rows for 2 threads to share, so stock's parallel reduction stays.

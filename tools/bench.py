@@ -232,7 +232,7 @@ def _output_code():
         output_code_log.removeHandler(handler)
 
 
-def _compile(fn, args, overlay: bool):
+def _compile(fn, args, overlay: bool, fullgraph: bool = False):
     import torch
     from torch._inductor import config
 
@@ -247,7 +247,7 @@ def _compile(fn, args, overlay: bool):
     # dynamic=False: the _fresh wrappers share a name and line, and dynamo's
     # automatic dynamic shapes would otherwise compile later workloads with
     # symbolic sizes.
-    compiled = torch.compile(_fresh(fn), dynamic=False)
+    compiled = torch.compile(_fresh(fn), dynamic=False, fullgraph=fullgraph)
     with config.patch(flags), torch.no_grad(), _output_code() as code:
         start = time.perf_counter()
         compiled(*args)
@@ -296,7 +296,7 @@ def _staggered_copies(args, copies: int = INPUT_COPIES) -> list[tuple]:
 
 
 def _time_interleaved(
-    variants: dict, arg_sets: list[tuple], reps: int
+    variants: dict, arg_sets: list[tuple], reps: int, warmup: int = WARMUP_ROUNDS
 ) -> dict[str, list[float]]:
     """Per variant, the time of each repetition.
 
@@ -311,7 +311,7 @@ def _time_interleaved(
     times: dict[str, list[float]] = {name: [] for name in variants}
     compiled_before = _compiled_graphs()
     with torch.no_grad():
-        for _ in range(WARMUP_ROUNDS):
+        for _ in range(warmup):
             for fn in variants.values():
                 for args in arg_sets:
                     fn(*args)
@@ -346,19 +346,33 @@ def paired_ratio(times: list[float], reference: list[float]) -> float:
     return statistics.median(t / r for t, r in zip(times, reference, strict=True))
 
 
-def run_workload(workload: Workload, threads: int, reps: int, copy_gbs: float) -> dict:
+def run_workload(
+    workload: Workload,
+    threads: int,
+    reps: int,
+    copy_gbs: float,
+    fullgraph: bool = False,
+    copies: int = INPUT_COPIES,
+    warmup: int = WARMUP_ROUNDS,
+) -> dict:
+    """Compile stock and patched, then time them with eager, interleaved.
+
+    fullgraph: refuse graph breaks (frames resumed after a break are cached on
+    the workload's own code objects, which both variants would share).
+    """
     import torch
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     fn, args, min_bytes = workload.make()
     torch._dynamo.reset()  # drop the previous workload's compiled variants
-    stock, stock_nests, stock_compile = _compile(fn, args, overlay=False)
-    patched, patched_nests, patched_compile = _compile(fn, args, overlay=True)
+    stock, stock_nests, stock_compile = _compile(fn, args, False, fullgraph)
+    patched, patched_nests, patched_compile = _compile(fn, args, True, fullgraph)
     times = _time_interleaved(
         {"eager": fn, "stock": stock, "patched": patched},
-        _staggered_copies(args),
+        _staggered_copies(args, copies),
         reps,
+        warmup,
     )
     stats = {name: _summary(t) for name, t in times.items()}
     patched_s = stats["patched"]["min_ms"] / 1e3

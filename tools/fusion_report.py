@@ -56,9 +56,22 @@ class DecisionLog(logging.Handler):
                 self.lines.append(line)
 
 
+class UsageError(Exception):
+    """The script does not define what the report needs."""
+
+
 def load_program(path: str):
     namespace = runpy.run_path(path)
+    missing = [name for name in ("fn", "inputs") if name not in namespace]
+    if missing:
+        raise UsageError(
+            f"{path} defines no {' and no '.join(missing)}: the script must define "
+            "fn (a callable or nn.Module) and inputs (a tuple of tensors, or a "
+            "function returning one); see examples/seed_groupnorm.py"
+        )
     fn, inputs = namespace["fn"], namespace["inputs"]
+    if not callable(fn):
+        raise UsageError(f"{path}: fn must be callable, not {type(fn).__name__}")
     return fn, tuple(inputs() if callable(inputs) else inputs)
 
 
@@ -124,7 +137,10 @@ def main(argv=None) -> int:
         if opts.seed_config
         else {}
     )
-    fn, inputs = load_program(opts.script)
+    try:
+        fn, inputs = load_program(opts.script)
+    except UsageError as error:
+        parser.error(str(error))
     for title, overlay in (("overlay off (stock)", False), ("overlay on", True)):
         print(render(title, *compile_once(fn, inputs, overlay, opts.dynamic, extra)))
     return 0
