@@ -333,13 +333,14 @@ def refresh_group_after_reorder(node) -> None:
         _recompute_group(node)
 
 
-def strided_inner_bytes(node) -> int:
+def strided_inner_bytes(node, count_cached: bool = True) -> int:
     """Bytes of the node's accesses that are strided along its innermost loop.
 
     The C++ backend vectorizes the innermost loop; an access whose stride
     there is neither 0 nor 1 becomes a gather or scatter, or walks rows
-    across pages.  Accesses to a buffer small enough to stay in cache
-    (``STRIDED_ACCESS_STAYS_CACHED``) move no extra memory and are not counted.
+    across pages.  Without ``count_cached``, accesses to a buffer small
+    enough to stay in cache (``STRIDED_ACCESS_STAYS_CACHED``), which move no
+    extra memory, are not counted.
     """
     from .dependencies import MemoryDep
     from .virtualized import V
@@ -351,7 +352,8 @@ def strided_inner_bytes(node) -> int:
         inner = dep.var_names[-1]
         stride = V.graph.sizevars.stride_hints(dep.index, [inner])[0]
         size = node.scheduler.dep_size_hint(dep)
-        if stride not in (0, 1) and size > STRIDED_ACCESS_STAYS_CACHED:
+        cached = size <= STRIDED_ACCESS_STAYS_CACHED
+        if stride not in (0, 1) and (count_cached or not cached):
             total += size
     return total
 
@@ -367,7 +369,7 @@ def reorder_is_worthwhile(node, new_order) -> bool:
     from .scheduler import SchedulerNode
 
     snodes = [sn for sn in node.get_nodes() if isinstance(sn, SchedulerNode)]
-    before = sum(strided_inner_bytes(sn) for sn in snodes)
+    before = sum(strided_inner_bytes(sn, count_cached=False) for sn in snodes)
     states = [sn.snapshot_loop_state() for sn in snodes]
     listeners = [sn._loop_mutation_listener for sn in snodes]
     for sn in snodes:
@@ -375,7 +377,7 @@ def reorder_is_worthwhile(node, new_order) -> bool:
         sn._body = sn._body.reorder_iter_loops(new_order)
         sn._sizes = sn._body.sizes
         sn.refresh_dependencies(normalize=False, need_clear_tiling_cache=False)
-    after = sum(strided_inner_bytes(sn) for sn in snodes)
+    after = sum(strided_inner_bytes(sn, count_cached=False) for sn in snodes)
     for sn, state, listener in zip(snodes, states, listeners):
         sn.restore_loop_state(state)
         sn._loop_mutation_listener = listener
