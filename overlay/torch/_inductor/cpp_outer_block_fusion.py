@@ -101,11 +101,23 @@ def _reads_by_block(producers, consumer) -> bool:
             if isinstance(write, MemoryDep):
                 written.setdefault(write.name, []).append(write)
     return any(
-        not scheduler.fusable_read_and_write(read, write)
+        not _same_elements(scheduler, read, write)
         for read in consumer.read_writes.reads
         if isinstance(read, MemoryDep)
         for write in written.get(read.name, ())
     )
+
+
+def _same_elements(scheduler, read: MemoryDep, write: MemoryDep) -> bool:
+    """Whether ``read`` visits the elements ``write`` wrote, in its order.
+
+    Loops left open until fusion (loop ordering after fusion) give a
+    producer's and a consumer's deps other variables, or other splits of the
+    same loop, for the same elements: compare them merged and renamed too.
+    """
+    if scheduler.fusable_read_and_write(read, write):
+        return True
+    return scheduler.fusable_read_and_write(read.normalize(), write.normalize())
 
 
 def _outer_depth(scheduler, node1, node2) -> int:
