@@ -229,7 +229,7 @@ pr: stock-venv
 # space-separated ENV=VALUE list, ";" between runs.
 UPSTREAM_TESTS ?= test/inductor/test_cpu_repro.py
 UPSTREAM_K ?= outer_loop or local_buffer or group_norm or layer_norm or softmax
-UPSTREAM_FLAGS ?= TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION=1
+UPSTREAM_FLAGS ?= TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION=0
 UPSTREAM_ARGS ?=
 upstream-test:
 	@$(PYTHON) -m tools.upstream_test --check-only --pytorch-src "$(PYTORCH_SRC)" \

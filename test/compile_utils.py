@@ -15,7 +15,7 @@ import torch
 from torch._inductor import config, cpu_vec_isa, metrics
 from torch._inductor.utils import run_and_get_cpp_code
 
-from tools.flags import config_patch
+from tools.flags import CONFIG_KEYS, FLAGS, config_patch
 from tools.loopnest import analyze
 
 
@@ -107,15 +107,18 @@ def compile_and_run(
     return _as_tuple(actual), compiled
 
 
-# The overlay as shipped: every flag at its default, so loop ordering after
-# fusion (off by default, with tests of its own) stays off.
-SHIPPED_DEFAULTS = {"cpp.loop_ordering_after_fusion": False}
+# The overlay as shipped: every flag at its default.
+SHIPPED_DEFAULTS = {key: flag.default for key, flag in zip(CONFIG_KEYS, FLAGS)}
+LOOP_ORDERING_OFF = {"cpp.loop_ordering_after_fusion": False}
 
 
-def compile_shipped_and_inspect(fn, args, *, extra_config=None, **kwargs):
+def compile_shipped_and_inspect(fn, args, *, extra_config=None, overlay=True, **kwargs):
     """compile_and_inspect with the overlay's default flags (or all off)."""
-    config_ = {**SHIPPED_DEFAULTS, **(extra_config or {})}
-    return compile_and_inspect(fn, args, extra_config=config_, **kwargs)
+    shipped = SHIPPED_DEFAULTS if overlay else {}
+    config_ = {**shipped, **(extra_config or {})}
+    return compile_and_inspect(
+        fn, args, extra_config=config_, overlay=overlay, **kwargs
+    )
 
 
 def compile_and_inspect(

@@ -14,6 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from compile_utils import compile_shipped_and_inspect as compile_and_inspect
+from compile_utils import LOOP_ORDERING_OFF
+from torch.testing import FileCheck
 
 from torch._inductor.cpp_outer_block_fusion import BLOCK_BYTES_IN_CACHE
 
@@ -132,8 +134,12 @@ def test_fuzzed_program_keeps_stock_nest_count():
 
     args = [torch.randn(2, 2, 8).transpose(1, 2)] + [torch.randn(2) for _ in range(4)]
     stock = compile_and_inspect(program, args, overlay=False)
+    without_loop_ordering = compile_and_inspect(
+        program, args, extra_config=LOOP_ORDERING_OFF
+    )
     patched = compile_and_inspect(program, args)
-    assert stock.nests == patched.nests == [4]
+    assert stock.nests == without_loop_ordering.nests == [4]
+    assert patched.nests == [3]  # loops open until fusion: one more pair fuses
 
 
 def test_block_too_large_for_the_cache_keeps_stock_loops():
@@ -148,8 +154,22 @@ def test_block_too_large_for_the_cache_keeps_stock_loops():
 
 def test_too_few_outer_iterations_for_the_threads_keeps_stock_loops():
     x = torch.randn(1, 32, 1000)  # one outer iteration, two threads
-    patched = compile_and_inspect(center, (x,), extra_config={"cpp.threads": 2})
+    block_fusion_only = {"cpp.threads": 2, **LOOP_ORDERING_OFF}
+    patched = compile_and_inspect(center, (x,), extra_config=block_fusion_only)
     assert patched.nests == [2]
+
+
+def test_loop_ordering_fuses_one_sample_along_the_kept_dimension():
+    # The same single sample under loop ordering after fusion: the consumer
+    # takes the mean's loop order, one nest whose parallel outer loop walks
+    # the 1000 kept columns (vectorized), summing and centering each column
+    # block over the 32 rows.
+    x = torch.randn(1, 32, 1000)
+    patched = compile_and_inspect(center, (x,), extra_config={"cpp.threads": 2})
+    assert patched.nests == [1] and patched.reordered >= 1
+    FileCheck().check("#pragma omp for").check("x0<static_cast<int64_t>(1000L)").check(
+        "x1<static_cast<int64_t>(32L)"
+    ).check("x1<static_cast<int64_t>(32L)").run(patched.code)
 
 
 def test_read_of_another_outer_block_is_not_fused():
@@ -188,15 +208,15 @@ def test_flag_off_keeps_stock_loops():
     ids=["log_softmax_dim1", "logsumexp_subtract_dim1"],
 )
 def test_loop_ordering_after_fusion_lets_more_nodes_join(fn):
-    # With the shipped defaults the pointwise that combines max and log(sum)
-    # sits in its own merged (N*L) loop, which shares no outer loop with the
-    # reductions; with loop ordering after fusion the loops stay unmerged
+    # Without loop ordering after fusion the pointwise that combines max and
+    # log(sum) sits in its own merged (N*L) loop, which shares no outer loop
+    # with the reductions; with it (the default) the loops stay unmerged
     # until fusion and one more block fusion goes through.
     x = torch.randn(8, 16, 784)
     stock = compile_and_inspect(fn, (x,), overlay=False)
-    shipped = compile_and_inspect(fn, (x,))
-    with_loop_ordering = compile_and_inspect(
-        fn, (x,), extra_config={"cpp.loop_ordering_after_fusion": True}
+    without_loop_ordering = compile_and_inspect(
+        fn, (x,), extra_config=LOOP_ORDERING_OFF
     )
-    assert stock.nests == shipped.nests == [3]
-    assert with_loop_ordering.nests == [2]
+    shipped = compile_and_inspect(fn, (x,))
+    assert stock.nests == without_loop_ordering.nests == [3]
+    assert shipped.nests == [2]

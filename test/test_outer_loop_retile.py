@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch._inductor import metrics
 from compile_utils import compile_and_run
 from compile_utils import compile_shipped_and_inspect as compile_and_inspect
-from compile_utils import requires_vectors, SEED_CONFIG
+from compile_utils import LOOP_ORDERING_OFF, requires_vectors, SEED_CONFIG
+from torch.testing import FileCheck
 
 
 from torch._inductor.codegen.cpp_outer_loop_split import split_for_outer_extent
@@ -60,14 +61,32 @@ def test_seed_groupnorm_default_config_one_nest():
     assert patched.nests == [1]
 
 
-def test_groupnorm_affine_odd_sizes_split_into_groups():
+def _affine_groupnorm():
     gn = torch.nn.GroupNorm(4, 32)
     torch.nn.init.normal_(gn.weight)
     torch.nn.init.normal_(gn.bias)
-    patched = compile_and_inspect(gn, (torch.randn(2, 32, 7, 9),))
+    return gn
+
+
+def test_groupnorm_affine_odd_sizes_split_into_groups():
+    x = torch.randn(2, 32, 7, 9)
+    patched = compile_and_inspect(
+        _affine_groupnorm(), (x,), extra_config=LOOP_ORDERING_OFF
+    )
     assert patched.nests == [1]
     # the affine output loop was split from (N*C, H*W) to (N*G, C/G, H*W)
     assert "x0<static_cast<int64_t>(8L)" in patched.code
+
+
+def test_groupnorm_affine_odd_sizes_share_open_loops():
+    # Under loop ordering after fusion the loops stay (N, G, ...) until
+    # fusion: the statistics and the affine output share them, no split.
+    x = torch.randn(2, 32, 7, 9)
+    patched = compile_and_inspect(_affine_groupnorm(), (x,))
+    assert patched.nests == [1]
+    FileCheck().check("x0<static_cast<int64_t>(2L)").check(
+        "x1<static_cast<int64_t>(4L)"
+    ).check("x2<static_cast<int64_t>(8L)").run(patched.code)
 
 
 @requires_vectors  # stock's fallback comes from vector tiling
@@ -207,8 +226,22 @@ def test_groupnorm_dynamic_shapes_compile_and_stay_unsplit():
     # Symbolic ranges have no order (shared outer levels are found by
     # equality) and are never split: exact splits need static sizes.
     gn = torch.nn.GroupNorm(4, 32)
-    patched = compile_and_inspect(gn, (torch.randn(3, 32, 5, 6),), dynamic=True)
+    args = (torch.randn(3, 32, 5, 6),)
+    patched = compile_and_inspect(
+        gn, args, dynamic=True, extra_config=LOOP_ORDERING_OFF
+    )
     assert patched.nests == [3]
+
+
+def test_groupnorm_dynamic_shapes_share_open_loops():
+    # Loops left open until fusion need no split: (N, G) are shared as they
+    # are, symbolic N included.
+    gn = torch.nn.GroupNorm(4, 32)
+    patched = compile_and_inspect(gn, (torch.randn(3, 32, 5, 6),), dynamic=True)
+    assert patched.nests == [1]
+    FileCheck().check("x0<static_cast<int64_t>(ks0)").check(
+        "x1<static_cast<int64_t>(4L)"
+    ).run(patched.code)
 
 
 # --- lowering choices under fusion (patch 0004) -------------------------------
@@ -315,5 +348,25 @@ def test_no_split_under_a_reduction_over_strided_memory():
         return ln(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
     stock = compile_and_inspect(channels_layernorm, (x,), overlay=False)
-    patched = compile_and_inspect(channels_layernorm, (x,))
+    patched = compile_and_inspect(
+        channels_layernorm, (x,), extra_config=LOOP_ORDERING_OFF
+    )
     assert patched.nests == stock.nests
+
+
+def test_channels_layernorm_shares_open_loops_without_a_split():
+    # Under loop ordering after fusion the statistics and the normalized
+    # output keep the unmerged (N, H, W) loops they share: one nest, W
+    # vectorized for the reductions over the strided channels, the output
+    # written through a transposed tile.  No split is needed.
+    ln = layer_norm(64)
+    x = torch.randn(2, 64, 12, 12)
+
+    def channels_layernorm(x):
+        return ln(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+    patched = compile_and_inspect(channels_layernorm, (x,))
+    assert patched.nests == [1]
+    FileCheck().check("x1<static_cast<int64_t>(12L)").check(
+        "x2<static_cast<int64_t>(12L)"
+    ).check("tmp_acc0_vec").check("transpose_mxn").run(patched.code)
