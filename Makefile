@@ -23,7 +23,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes bench-models fuzz fuzz-mutants build wheel rebase-check pr lint upstream-test clean
+.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes bench-models bench-compile-time fuzz fuzz-mutants build wheel rebase-check pr lint upstream-test clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -36,6 +36,7 @@ help:
 	@echo "make bench       benchmarks: eager vs stock vs patched -> bench/results/"
 	@echo "make bench-shapes  the same over normalizations of many shapes"
 	@echo "make bench-models  random-init transformers/diffusers models and their norms"
+	@echo "make bench-compile-time  CPU seconds of compiling: stock, loop ordering off, shipped"
 	@echo "                 and softmaxes at the models' shapes (BENCH_MODELS_ARGS=--quick)"
 	@echo "make fuzz        random programs: eager vs overlay flags off vs on (FUZZ_SECONDS,"
 	@echo "                 FUZZ_EXAMPLES, FUZZ_SEED, FUZZ_PROFILE, FUZZ_WORKERS, FUZZ_COVERAGE=1,"
@@ -128,6 +129,12 @@ bench: install
 bench-shapes: install
 	$(VENV_PY) -m pip install --quiet matplotlib
 	$(VENV_PY) -m tools.bench --suite shapes --no-default-malloc $(BENCH_ARGS)
+
+# make bench-compile-time: tools/compile_time.py (CPU seconds of compiling,
+# one process per variant and round).  COMPILE_TIME_ARGS e.g. --suite all --rounds 5
+COMPILE_TIME_ARGS ?=
+bench-compile-time: install
+	$(VENV_PY) -m tools.compile_time $(COMPILE_TIME_ARGS)
 
 # make bench-models: tools/bench_models.py.  transformers and diffusers build
 # random-init models from configs (no weights downloaded); pip may not move

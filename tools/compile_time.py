@@ -1,0 +1,214 @@
+"""make bench-compile-time: what the overlay costs at compile time.
+
+    python -m tools.compile_time [--suite mismatch|models|all] [--rounds N]
+                                 [--quick] [--only NAME,...]
+
+Variants: ``stock`` (every overlay flag off), ``lof_off`` (the shipped flags
+with loop ordering after fusion off) and ``shipped`` (every flag at its
+default).  Each (round, variant) runs in a process of its own that first
+compiles a warm-up function, then compiles every program of the suite from
+fresh code objects with Inductor's caches disabled and one compile thread, so
+that the C++ compiler runs as a child of the measuring process.
+
+The figures are CPU seconds, not wall time: the Python side of compiling
+(dynamo, lowering, scheduling, codegen: the part the overlay changes) is the
+process's own CPU time, the C++ compiler's is its children's.  CPU time moves
+far less than wall time when other jobs share the cores, but it still moves
+(caches, frequency): variants alternate in order over the rounds and the
+report gives the median and range of each, and the ratios of medians.
+
+Suites: ``mismatch`` is the 13 programs of reductions over a middle dimension
+with broadcasting consumers (test/test_outer_block_fusion.py's
+MISMATCH_PROGRAMS); ``models`` is tools/bench_models.py's timed models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS = REPO_ROOT / "bench" / "results"
+VARIANTS = ("stock", "lof_off", "shipped")
+
+
+def variant_config(variant: str) -> dict[str, bool]:
+    from tools.flags import CONFIG_KEYS, FLAGS, config_patch
+
+    if variant == "stock":
+        return config_patch(False)
+    shipped = {key: flag.default for key, flag in zip(CONFIG_KEYS, FLAGS)}
+    if variant == "lof_off":
+        shipped["cpp.loop_ordering_after_fusion"] = False
+    return shipped
+
+
+def mismatch_programs(quick: bool):
+    """(name, fn, args) of the 13 middle-dimension reduction programs."""
+    import torch
+
+    sys.path.insert(0, str(REPO_ROOT / "test"))
+    from test_outer_block_fusion import MISMATCH_PROGRAMS
+
+    for name, fn, shape, dtype, _, _ in MISMATCH_PROGRAMS:
+        yield name, fn, (torch.randn(shape, dtype=dtype),)
+
+
+def model_programs(quick: bool):
+    from tools.bench_models import MODELS
+
+    for spec in MODELS:
+        if spec.timed:
+            module, args = spec.build(quick)
+            yield spec.name, module, tuple(args)
+
+
+SUITES = {"mismatch": mismatch_programs, "models": model_programs}
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    own = time.process_time()
+    children = os.times()
+    return own, children.children_user + children.children_system
+
+
+def child(suite: str, variant: str, quick: bool, only: set[str]) -> dict:
+    """Compile the suite once under ``variant``; CPU seconds per program."""
+    import torch
+    from torch._inductor import config
+
+    from tools.bench import _fresh
+
+    patch = {**variant_config(variant), "force_disable_caches": True}
+    with config.patch(patch), torch.no_grad():
+        torch.compile(_fresh(lambda x: x.sin() + 1))(torch.randn(8))
+    per_program = {}
+    for name, fn, args in SUITES[suite](quick):
+        if only and name not in only:
+            continue
+        torch._dynamo.reset()
+        own0, kids0 = _cpu_seconds()
+        wall0 = time.perf_counter()
+        target = fn if isinstance(fn, torch.nn.Module) else _fresh(fn)
+        with config.patch(patch), torch.no_grad():
+            torch.compile(target, fullgraph=True)(*args)
+        own1, kids1 = _cpu_seconds()
+        per_program[name] = {
+            "python_cpu_s": own1 - own0,
+            "cxx_cpu_s": kids1 - kids0,
+            "wall_s": time.perf_counter() - wall0,
+        }
+    return per_program
+
+
+def _run_child(suite, variant, quick, only) -> dict:
+    cmd = [sys.executable, "-m", "tools.compile_time", "--child", variant]
+    cmd += ["--suite", suite, "--only", ",".join(sorted(only))]
+    cmd += ["--quick"] if quick else []
+    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    done = subprocess.run(
+        cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"compile_time: {variant} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _totals(per_program: dict) -> dict[str, float]:
+    keys = ("python_cpu_s", "cxx_cpu_s", "wall_s")
+    totals = {k: sum(p[k] for p in per_program.values()) for k in keys}
+    totals["cpu_s"] = totals["python_cpu_s"] + totals["cxx_cpu_s"]
+    return totals
+
+
+def measure(suite: str, rounds: int, quick: bool, only: set[str]) -> dict:
+    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    for r in range(rounds):
+        order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
+        for variant in order:
+            runs[variant].append(_run_child(suite, variant, quick, only))
+            total = _totals(runs[variant][-1])
+            print(f"{suite} round {r} {variant}: {json.dumps(total)}", flush=True)
+    return runs
+
+
+def summarize(runs: dict[str, list[dict]]) -> dict:
+    summary = {}
+    for variant, per_round in runs.items():
+        totals = [_totals(p) for p in per_round]
+        summary[variant] = {
+            key: {
+                "median": statistics.median(t[key] for t in totals),
+                "min": min(t[key] for t in totals),
+                "max": max(t[key] for t in totals),
+            }
+            for key in totals[0]
+        }
+    for variant in VARIANTS[1:]:
+        summary[variant]["ratio_to_stock"] = {
+            key: summary[variant][key]["median"] / summary["stock"][key]["median"]
+            for key in ("python_cpu_s", "cxx_cpu_s", "cpu_s", "wall_s")
+        }
+    return summary
+
+
+def markdown(suite: str, summary: dict, rounds: int) -> str:
+    lines = [
+        f"### Compile time, suite `{suite}` ({rounds} rounds, CPU seconds)",
+        "",
+        "| variant | Python CPU s (median, range) | C++ compiler CPU s | both | wall s "
+        "| Python / stock | C++ / stock | both / stock |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for variant, s in summary.items():
+        ratio = s.get("ratio_to_stock", {})
+
+        def cell(key, s=s):
+            v = s[key]
+            return f"{v['median']:.2f} ({v['min']:.2f}-{v['max']:.2f})"
+
+        lines.append(
+            f"| {variant} | {cell('python_cpu_s')} | {cell('cxx_cpu_s')} "
+            f"| {cell('cpu_s')} | {cell('wall_s')} "
+            f"| {ratio.get('python_cpu_s', 1):.3f} | {ratio.get('cxx_cpu_s', 1):.3f} "
+            f"| {ratio.get('cpu_s', 1):.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--suite", choices=[*SUITES, "all"], default="mismatch")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default="")
+    parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    opts = parser.parse_args(argv)
+    only = {name for name in opts.only.split(",") if name}
+    if opts.child:
+        print(json.dumps(child(opts.suite, opts.child, opts.quick, only)))
+        return 0
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    suites = list(SUITES) if opts.suite == "all" else [opts.suite]
+    for suite in suites:
+        runs = measure(suite, opts.rounds, opts.quick, only)
+        summary = summarize(runs)
+        text = markdown(suite, summary, opts.rounds)
+        print(text)
+        stem = RESULTS / f"compile_time_{suite}"
+        stem.with_suffix(".md").write_text(text)
+        data = {"rounds": opts.rounds, "quick": opts.quick, "summary": summary}
+        stem.with_suffix(".json").write_text(
+            json.dumps({**data, "runs": runs}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
