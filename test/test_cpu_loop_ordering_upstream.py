@@ -2,11 +2,12 @@
 
 Upstream's ``test/inductor/test_loop_ordering.py`` (``LoopOrderingTest``)
 counts ``metrics.generated_kernel_count``, the Triton kernels a GPU launches.
-On CPU that counter counts C++ kernel proxies: an outer-loop fused kernel
-counts each member plus the merged kernel, although it is one loop nest in one
-function (README, "Loop ordering after fusion on CPU").  These variants build
-the same programs and assert what the C++ backend emits: the loop nests, next
-to stock's (every overlay flag off), and agreement with eager.
+On CPU that counter counts C++ kernel proxies, one per loop nest emitted
+(stock also counted the members of an outer-loop fused kernel, and every
+discarded attempt, which the overlay no longer does: patch 0016).  A C++
+function may hold several nests where a GPU would launch one kernel.  These
+variants build the same programs and assert what the C++ backend emits: the
+loop nests, next to stock's (every overlay flag off), and agreement with eager.
 """
 
 from __future__ import annotations
@@ -120,6 +121,15 @@ class CpuLoopOrderingTest(TestCase):
         )
         on, off = self.nests(qk_norm_rope, *args)
         self.assertEqual((on.total_nests, off.total_nests), (1, 2))
+
+    def test_merged_outer_loop_kernel_counts_once(self):
+        # One outer-loop fused kernel of two members (LayerNorm's statistics
+        # and output): one loop nest, one kernel, not the members plus it.
+        ln = torch.nn.LayerNorm(1000)
+        on = compile_and_inspect(ln, (torch.randn(37, 1000),))
+        self.assertEqual(on.total_nests, 1)
+        self.assertEqual(len(metrics.cpp_outer_loop_fused_inner_counts), 1)
+        self.assertEqual(metrics.generated_kernel_count, 1)
 
     def test_failed_outer_loop_attempts_count_no_kernels(self):
         # RMS norm then interleaved RoPE: the outer-loop fusion of the norm and
