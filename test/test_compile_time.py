@@ -28,5 +28,8 @@ def test_shipped_variant_is_every_flag_at_its_default():
 
     shipped = compile_time.variant_config("shipped")
     assert shipped == {key: flag.default for key, flag in zip(CONFIG_KEYS, FLAGS)}
-    assert compile_time.variant_config("lof_off")["cpp.loop_ordering_after_fusion"] is False
+    assert (
+        compile_time.variant_config("lof_off")["cpp.loop_ordering_after_fusion"]
+        is False
+    )
     assert not any(compile_time.variant_config("stock").values())
