@@ -99,7 +99,10 @@ def summarize(out: Path, calls: int, numel: int) -> str:
         ["callgrind_annotate", "--threshold=100", "--auto=no", str(out)],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    events = re.search(r"^Events shown:\s+(.*)$", text, re.M).group(1).split()
+    shown = re.search(r"^Events shown:\s+(.*)$", text, re.M)
+    if shown is None:
+        raise SystemExit(f"callgrind_annotate printed no events for {out}")
+    events = shown.group(1).split()
     groups: collections.Counter[str] = collections.Counter()
     totals: dict[str, int] = {}
     for line in text.splitlines():
