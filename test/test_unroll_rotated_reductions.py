@@ -50,7 +50,8 @@ def test_layernorm_rotating_sums_are_unrolled_in_the_single_nest():
 
 def test_flag_off_keeps_the_rotation_without_pragma():
     x = torch.randn(8, 128, 768)
-    compiled = compile_and_inspect(torch.nn.LayerNorm(768), (x,), extra_config=NO_UNROLL)
+    ln = torch.nn.LayerNorm(768)
+    compiled = compile_and_inspect(ln, (x,), extra_config=NO_UNROLL)
     assert len(ROTATION.findall(compiled.code)) == 2
     assert unrolled_loops(compiled.code) == 0
 
@@ -93,3 +94,18 @@ def test_reductions_without_rotation_are_not_unrolled():
     compiled = compile_and_inspect(lambda x: x.sum(-1), (x,))
     assert not ROTATION.findall(compiled.code)
     assert unrolled_loops(compiled.code) == 0
+
+
+def test_gcc_builds_register_webs_only_under_the_flag():
+    # Without -fweb, GCC keeps the rotation's moves in the unrolled copies.
+    from torch._inductor import config
+    from torch._inductor.cpp_builder import _get_optimization_cflags, get_cpp_compiler
+
+    compiler = get_cpp_compiler()
+    with config.patch({"cpp.unroll_rotated_reductions": True}):
+        on, _ = _get_optimization_cflags(compiler)
+    with config.patch({"cpp.unroll_rotated_reductions": False}):
+        off, _ = _get_optimization_cflags(compiler)
+    assert "fweb" not in off
+    assert ("fweb" in on) == cpp_builder.is_gcc()
+    assert [flag for flag in on if flag != "fweb"] == off
