@@ -27,6 +27,7 @@ FLAGS = (
     _flag("hoist_invariant_loads", True),
     _flag("streaming_stores", True),
     _flag("outer_loop_prefetch", True),
+    _flag("unroll_rotated_reductions", True),
 )
 
 NAMES = tuple(flag.name for flag in FLAGS)

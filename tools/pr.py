@@ -97,6 +97,11 @@ TEST_EXPORTS = (
         ("cpp_reduction_accumulators",),
     ),
     TestExport(
+        "test/test_unroll_rotated_reductions.py",
+        "test/inductor/test_cpu_unroll_rotated_reductions.py",
+        ("cpp_reduction_accumulators",),
+    ),
+    TestExport(
         "test/test_outer_block_fusion.py",
         "test/inductor/test_cpu_outer_block_fusion.py",
         ("cpp_outer_block_fusion",),

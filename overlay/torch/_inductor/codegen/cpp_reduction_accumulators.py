@@ -11,12 +11,23 @@ L2 speed.
 This module gives such a reduction ACCUMULATORS independent accumulators.
 The loop body is unchanged; after the combine line the accumulators rotate
 (``{ auto r = acc; acc = acc_slot1; acc_slot1 = acc_slot2; ...; }``), so
-iteration i depends on iteration i - ACCUMULATORS only; the moves are
-register moves.  Unrolling the loop as well (``#pragma GCC unroll 4``) was
-tried and dropped: over 36 input/output placements the memory-bound RMSNorm
-kernel ran 13% slower unrolled (median), 2% faster rotated only.  After
-the loop the slots are combined into the original accumulator, before
-stock's horizontal reduction reads it.
+iteration i depends on iteration i - ACCUMULATORS only.  After the loop the
+slots are combined into the original accumulator, before stock's horizontal
+reduction reads it.
+
+Rotated in a loop the compiler does not unroll, the accumulators cost a
+register move each per iteration: GCC 12 turns the sum over a row into 9
+instructions per vector, one of them the add (5 moves), and LayerNorm's
+sum of squares into 11 (4 moves), more than the whole statistics pass of
+ATen's kernel.  So the innermost loop of a rotating reduction gets an
+unroll pragma for ACCUMULATORS iterations (``unroll_rotated_loop``, flag
+``config.cpp.unroll_rotated_reductions``): unrolled, the rotation is a
+renaming and the moves are gone.  GCC renames it only when it builds webs
+(``-fweb``, implied by ``-funroll-loops`` but not by the pragma): with the
+pragma alone the unrolled loop holds more moves than before, so patch 0017
+also adds ``-fweb`` to GCC's optimization flags under the same flag.  Clang
+renames without help.  GCC 12 ignores the pragma inside an OpenMP parallel
+region, so a parallelized kernel keeps its moves.
 Measured on the fused GroupNorm kernel above (1 thread): 1.89 -> 1.60 ms.
 Welford reductions (var/var_mean, LayerNorm's statistics over rows longer
 than 1024) keep one accumulator: rotated, their slots measured slower, not
@@ -51,6 +62,7 @@ from __future__ import annotations
 import functools
 import operator
 import re
+import weakref
 
 import sympy
 import torch
@@ -70,6 +82,8 @@ TRANSCENDENTAL = re.compile(
 )
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
+# Vector kernels whose reduction rotates accumulators, and how many.
+_ROTATING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def accumulator_count(kernel, reduction_type: str, dtype: torch.dtype) -> int:
@@ -121,12 +135,38 @@ def add_accumulators(kernel, acc_vec: str, acc_type_vec: str, reduction_type: st
         for slot in slots:
             prefix.writeline(f"{acc_type_vec} {slot} = {init};")
     kernel.stores.writeline(_rotation(acc_vec, slots))
+    _ROTATING[kernel] = count
     kernel.non_parallel_reduction_suffix.writeline(
         _combine(kernel, reduction_type, acc_vec, slots))
     kernel.local_reduction_stores.writeline(
         _combine(kernel, reduction_type, f"{acc_vec}_local", slots))
     fusion_log.debug("%s reduction into %s uses %d accumulators",
                      reduction_type, acc_vec, count)
+
+
+def unroll_rotated_loop(loop_lines: list[str], loop_nest, depth: int) -> list[str]:
+    """The lines of loop ``depth`` of ``loop_nest``, with an unroll pragma
+    right before its ``for`` when it is the serial innermost vector loop of a
+    kernel whose reduction rotates accumulators."""
+    loop = loop_nest.loops[depth]
+    if depth != len(loop_nest.loops) - 1 or loop.parallel or not loop.simd_vec:
+        return loop_lines
+    proxy = loop_nest.get_kernel()
+    count = max((_ROTATING.get(k, 1) for k in getattr(proxy, "kernels", ())), default=1)
+    pragma = _unroll_pragma(count) if count > 1 else None
+    if pragma is None:
+        return loop_lines
+    return [*loop_lines[:-1], pragma, loop_lines[-1]]
+
+
+def _unroll_pragma(count: int) -> str | None:
+    from .. import cpp_builder
+
+    if cpp_builder.is_gcc():
+        return f"#pragma GCC unroll {count}"
+    if cpp_builder.is_clang():
+        return f"#pragma unroll {count}"
+    return None  # other compilers keep the moves
 
 
 def _rotation(acc_vec: str, slots: list[str]) -> str:
