@@ -57,6 +57,33 @@ CORPUS = (
         [(8, 16, 33)],
         ["reduce", "unary", "reduce", "binary"],
     ),
+    # 0009's bounds: the amax's flat storage shifted by one element, so the
+    # last read of each block is the next block's first element
+    _case(
+        "    v1 = torch.amax(x0, dim=(1,), keepdim=True)\n"
+        "    v2 = F.pad(v1.flatten()[1:], (0, 1)).view(v1.shape)\n"
+        "    v3 = x0 - v2\n    return (v3,)\n",
+        [(8, 16, 33)],
+        ["reduce", "shift", "binary"],
+        threads=2,
+    ),
+    # 0009's outer strides: the first block's amax read by every block
+    _case(
+        "    v1 = torch.amax(x0, dim=(1,), keepdim=True)\n"
+        "    v2 = v1.narrow(0, 0, 1)\n    v3 = x0 - v2\n    return (v3,)\n",
+        [(8, 16, 33)],
+        ["reduce", "shift", "binary"],
+        threads=2,
+    ),
+    # 0009's mutation check: an input updated in place by a reduction that
+    # reads it in another block (flipped)
+    _case(
+        "    v1 = x1.flip(0)\n    v2 = torch.sum(x0 * v1, dim=(1,), keepdim=True)\n"
+        "    v3 = x1.add_(torch.tanh(v2))\n    return (v3,)\n",
+        [(8, 16, 33), (8, 1, 33)],
+        ["shift", "binary", "reduce", "inplace"],
+        threads=1,
+    ),
     # 0005 0012: with loop ordering after fusion, log_softmax's log step
     # joins min and sum kernels that then fail to merge
     _case(
