@@ -120,12 +120,15 @@ CORPUS = (
         dynamic=True,
         cache_bytes=65536,
     ),
+    # symbolic GroupNorm sizes (distinct, so no two dims share a symbol)
+    # where loops stay merged: the split sees symbolic sizes and refuses
     _case(
-        "    v1 = F.group_norm(x0, 2, w1, w2, eps=1e-5)\n    return (v1,)\n",
-        [(4, 4, 4)],
+        "    v1 = F.group_norm(x0, 4, w1, w2, eps=1e-5)\n    return (v1,)\n",
+        [(3, 8, 10)],
         ["norm"],
-        weights=[(4,), (4,)],
+        weights=[(8,), (8,)],
         dynamic=True,
+        flags="shipped",
     ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)

@@ -563,10 +563,15 @@ def _rows_family(draw, b: _Builder) -> None:
         extra = {"correction": 0} if red == "var" else {}
         r = _op(b, "reduce", [x], op=red, dims=(-1,), keepdim=True, **extra)
         x = _op(b, "binary", [x, r], op=draw(st.sampled_from(["sub", "div", "mul"])))
-    if core == "group_norm" and draw(st.booleans()):
+    after = draw(st.sampled_from(["none", "permute", "slice"]))
+    if core == "group_norm" and after == "permute":
         # channels first: the output's loops cannot merge, so the split
         # meets levels the groups do not divide (0003)
         x = _op(b, "permute", [x], perm=(1, 0, 2), contiguous=True)
+    elif core == "group_norm" and after == "slice" and x.shape[1] > 2:
+        # part of the channels: a consumer the groups do not divide
+        x = _op(b, "slice", [x], dim=1, start=None, stop=x.shape[1] - 1, step=1)
+        x = _op(b, "unary", [x], op="relu")
     if draw(st.booleans()):
         x = _op(b, "unary", [x], op=draw(st.sampled_from(["relu", "affine", "tanh"])))
 
