@@ -369,6 +369,9 @@ MUTANTS = (
         "        if int(coeff) < span:\n            return False",
         "        if int(coeff) < span // 2:\n            return False",
         "bound",
+        equivalent="a store's index is injective over its loops (an output "
+        "layout), so an outer stride below its dense block's span needs an outer "
+        "loop of one iteration, where fusing cannot reorder anything",
     ),
     Mutant(
         "0009",
