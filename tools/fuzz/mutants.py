@@ -15,7 +15,12 @@ Some mutants change only what a heuristic chooses (two-step variance or
 Welford, realize or inline): the programs' values cannot tell them apart,
 and a fuzzer that compares values cannot kill them.  They are marked
 ``cost_only`` and counted apart, so that the report shows both the kill
-rate of the mutants that can change results and the blind spot.
+rate of the mutants that can change results and the blind spot.  Mutants
+that no program can tell apart from the overlay (argued from the code: a
+dead branch, a guard another guard covers) are marked ``equivalent`` with
+that argument and counted apart too; the report gives the rate with and
+without them.  Where a legality check is two guards that cover each other,
+a double fault (``also``: more edits of the same file) removes both.
 
 Report: ``build/fuzz-mutants/report.md`` and ``report.json``.
 """
