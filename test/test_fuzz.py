@@ -1,6 +1,6 @@
 """The fusion fuzzer (tools/fuzz): its parts, the `ci` profile, a mutant it must catch.
 
-The `ci` run compiles the seed programs and 32 random programs twice each
+The `ci` run compiles the seed programs and 16 generated programs twice each
 (overlay flags off and on) in two worker processes, and must reach every
 overlay feature; the mutant test runs the fuzzer against a temporary copy of
 the installed cpp_outer_loop_split.py with an off-by-one (one of
