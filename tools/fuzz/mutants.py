@@ -929,13 +929,13 @@ def format_report(report: dict) -> str:
             f"({r.get('equivalent_killed', 0)}) | "
             f"{r['cost_only']} ({r['cost_only_killed']}) | {rate} |"
         )
+    everything = kill_rate(report, include_cost_only=True, include_equivalent=True)
     lines += [
         "",
         f"Kill rate of the mutants that can change results: "
         f"**{100 * kill_rate(report):.0f}%**; with the equivalent ones: "
         f"{100 * kill_rate(report, include_equivalent=True):.0f}%; with the "
-        f"equivalent and cost-only ones: "
-        f"{100 * kill_rate(report, include_cost_only=True, include_equivalent=True):.0f}%.",
+        f"equivalent and cost-only ones: {100 * everything:.0f}%.",
         "",
         "## Survivors, stale, equivalent and cost-only mutants",
         "",
