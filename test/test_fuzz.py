@@ -1,6 +1,6 @@
 """The fusion fuzzer (tools/fuzz): its parts, the `ci` profile, a mutant it must catch.
 
-The `ci` run compiles the seed programs and 32 random programs twice each
+The `ci` run compiles the seed programs and 16 generated programs twice each
 (overlay flags off and on) in two worker processes, and must reach every
 overlay feature; the mutant test runs the fuzzer against a temporary copy of
 the installed cpp_outer_loop_split.py with an off-by-one (one of
@@ -10,6 +10,7 @@ sitecustomize on PYTHONPATH.  The real tree and .venv are never modified.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -264,16 +265,30 @@ def test_mutant_report_rates_per_feature():
         mutants.Outcome("0009-b", "0009", "check", "survived"),
         mutants.Outcome("0007-a", "0007", "check", "survived", cost_only="heuristic"),
         mutants.Outcome("0009-c", "0009", "check", "stale"),
+        mutants.Outcome("0009-d", "0009", "check", "survived", equivalent="dead code"),
     ]
     report = {"date": "d", "seconds_per_mutant": 1, "seed": 0, "profile": "mutants",
               "control": {"status": "survived", "programs": 3, "detail": ""},
               "mutants": [o.__dict__ for o in outcomes],
               "features": mutants._per_feature(outcomes)}  # fmt: skip
     assert report["features"]["0009"]["stale"] == 1
-    assert mutants.kill_rate(report) == 0.5  # cost-only and stale ones apart
+    assert mutants.kill_rate(report) == 0.5  # cost-only, equivalent, stale apart
+    assert mutants.kill_rate(report, include_equivalent=True) == 1 / 3
     text = mutants.format_report(report)
-    assert "| 0009 | 3 | 1 | 1 | 1 | 0 (0) | 50% |" in text
+    assert "| 0009 | 4 | 1 | 1 | 1 | 1 (0) | 0 (0) | 50% |" in text
     assert "`0009-b` (check): survived" in text and "`0009-c`" in text
+    assert "equivalent: dead code" in text
+
+
+def test_a_double_fault_mutant_applies_every_edit(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("a = 1\nb = 2\n")
+    mutant = mutants.Mutant("0000", "x", "m.py", "a = 1", "a = 0", "bound",
+                            also=(("b = 2", "b = 0"),))  # fmt: skip
+    assert mutants.mutated_source(mutant, tmp_path) == "a = 0\nb = 0\n"
+    broken = dataclasses.replace(mutant, also=(("c = 3", "c = 0"),))
+    with pytest.raises(mutants.StaleMutant):
+        mutants.mutated_source(broken, tmp_path)
 
 
 # --- a broken overlay must be caught ----------------------------------------

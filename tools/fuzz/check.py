@@ -190,20 +190,21 @@ def _describe(exc: BaseException) -> str:
 
 
 def check_case(case: FuzzCase) -> CheckResult:
+    """Every run gets fresh inputs: programs with in-place ops mutate them."""
     fn = case.build()
-    args = case.make_inputs()
     warnings.filterwarnings("ignore", message=".*dynamo_pgo force disabled.*")
     try:
         with torch.no_grad():
-            out = fn(*args)
-            expected = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            out = fn(*case.make_inputs())
+            out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            expected = tuple(t.clone() for t in out)  # an output may be an input
     except Exception as exc:  # noqa: BLE001
         return CheckResult("invalid", "eager error", _describe(exc))
     if not all(torch.isfinite(t).all() for t in expected):
         return CheckResult("invalid", "eager inf/nan")
 
-    off = _compile(case, fn, args, overlay=False)
-    on = _compile(case, fn, args, overlay=True)
+    off = _compile(case, fn, case.make_inputs(), overlay=False)
+    on = _compile(case, fn, case.make_inputs(), overlay=True)
     stats = _stats(off, on)
     if isinstance(off, Exception) or isinstance(on, Exception):
         if isinstance(on, Exception) and not isinstance(off, Exception):
@@ -214,7 +215,8 @@ def check_case(case: FuzzCase) -> CheckResult:
             )
         return CheckResult("stock", "crash with flags off only", _describe(off), stats)
 
-    return _classify(case, expected, _reference64(fn, args), off[0], on[0], stats)
+    reference = _reference64(fn, case.make_inputs())
+    return _classify(case, expected, reference, off[0], on[0], stats)
 
 
 def _reference64(fn, args) -> tuple | None:

@@ -57,6 +57,33 @@ CORPUS = (
         [(8, 16, 33)],
         ["reduce", "unary", "reduce", "binary"],
     ),
+    # 0009's bounds: the amax's flat storage shifted by one element, so the
+    # last read of each block is the next block's first element
+    _case(
+        "    v1 = torch.amax(x0, dim=(1,), keepdim=True)\n"
+        "    v2 = F.pad(v1.flatten()[1:], (0, 1)).view(v1.shape)\n"
+        "    v3 = x0 - v2\n    return (v3,)\n",
+        [(8, 16, 33)],
+        ["reduce", "shift", "binary"],
+        threads=2,
+    ),
+    # 0009's outer strides: the first block's amax read by every block
+    _case(
+        "    v1 = torch.amax(x0, dim=(1,), keepdim=True)\n"
+        "    v2 = v1.narrow(0, 0, 1)\n    v3 = x0 - v2\n    return (v3,)\n",
+        [(8, 16, 33)],
+        ["reduce", "shift", "binary"],
+        threads=2,
+    ),
+    # 0009's mutation check: an input updated in place by a reduction that
+    # reads it in another block (flipped)
+    _case(
+        "    v1 = x1.flip(0)\n    v2 = torch.sum(x0 * v1, dim=(1,), keepdim=True)\n"
+        "    v3 = x1.add_(torch.tanh(v2))\n    return (v3,)\n",
+        [(8, 16, 33), (8, 1, 33)],
+        ["shift", "binary", "reduce", "inplace"],
+        threads=1,
+    ),
     # 0005 0012: with loop ordering after fusion, log_softmax's log step
     # joins min and sum kernels that then fail to merge
     _case(
@@ -64,6 +91,17 @@ CORPUS = (
         "    v2 = torch.log_softmax(v1, dim=1)\n    return (v2, v1,)\n",
         [(125, 32, 5, 2)],
         ["reduce", "softmax"],
+    ),
+    # 0005's rollback: in bfloat16 with every op its own node, merging the
+    # loops of the fused min and log_softmax kernels makes them disagree
+    # ((5, 6) against (5, 3, 2)), so loop ordering restores their order
+    _case(
+        "    v1 = torch.amin(x0, dim=(2,), keepdim=True)\n"
+        "    v2 = torch.log_softmax(v1, dim=1)\n    return (v2, v1,)\n",
+        [(5, 3, 15, 2)],
+        ["reduce", "softmax"],
+        dtype="bfloat16",
+        config="seed",
     ),
     # 0006 0007: a strided column's erf chain, centered and stacked
     _case(
@@ -93,12 +131,15 @@ CORPUS = (
         dynamic=True,
         cache_bytes=65536,
     ),
+    # symbolic GroupNorm sizes (distinct, so no two dims share a symbol)
+    # where loops stay merged: the split sees symbolic sizes and refuses
     _case(
-        "    v1 = F.group_norm(x0, 2, w1, w2, eps=1e-5)\n    return (v1,)\n",
-        [(4, 4, 4)],
+        "    v1 = F.group_norm(x0, 4, w1, w2, eps=1e-5)\n    return (v1,)\n",
+        [(3, 8, 10)],
         ["norm"],
-        weights=[(4,), (4,)],
+        weights=[(8,), (8,)],
         dynamic=True,
+        flags="shipped",
     ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)

@@ -15,7 +15,12 @@ Some mutants change only what a heuristic chooses (two-step variance or
 Welford, realize or inline): the programs' values cannot tell them apart,
 and a fuzzer that compares values cannot kill them.  They are marked
 ``cost_only`` and counted apart, so that the report shows both the kill
-rate of the mutants that can change results and the blind spot.
+rate of the mutants that can change results and the blind spot.  Mutants
+that no program can tell apart from the overlay (argued from the code: a
+dead branch, a guard another guard covers) are marked ``equivalent`` with
+that argument and counted apart too; the report gives the rate with and
+without them.  Where a legality check is two guards that cover each other,
+a double fault (``also``: more edits of the same file) removes both.
 
 Report: ``build/fuzz-mutants/report.md`` and ``report.json``.
 """
@@ -47,6 +52,11 @@ class Mutant:
     mutated: str
     kind: str  # "bound" | "check" | "rollback" | "other"
     cost_only: str = ""  # why values cannot show it (a heuristic's choice)
+    # why no program can show it (argued from the code), counted apart
+    equivalent: str = ""
+    # further (original, mutated) edits of the same file: a double fault,
+    # for a legality check made of two guards that cover each other
+    also: tuple[tuple[str, str], ...] = ()
 
     @property
     def module(self) -> str:
@@ -81,6 +91,8 @@ MUTANTS = (
         '("var", "size", "offset", "steps")',
         '("var", "size", "offset")',
         "check",
+        equivalent="InnerLevelTilingSelect never tiles a fused level, so every "
+        "re-tiled kernel's outer steps are 1",
     ),
     Mutant(
         "0002",
@@ -97,6 +109,8 @@ MUTANTS = (
         "inner = [i for i in indices if i >= self.min_level]",
         "inner = [i for i in indices if i >= self.min_level - 1]",
         "bound",
+        equivalent="a tiled fused level has steps != 1, which accepts() compares: "
+        "the attempt falls back to stock codegen (see tiling-and-steps-unchecked)",
     ),
     Mutant(
         "0002",
@@ -106,6 +120,27 @@ MUTANTS = (
         "            return False",
         '_log(self.node, "rejected: outer levels still differ after re-tiling")',
         "rollback",
+        equivalent="the branch is dead: var, size and offset were compared before "
+        "the attempt (for_failed_attempt) and do not depend on tiling, and "
+        "InnerLevelTilingSelect keeps the outer steps 1",
+    ),
+    Mutant(
+        "0002",
+        "tiling-and-steps-unchecked",
+        RETILE,
+        "inner = [i for i in indices if i >= self.min_level]",
+        "inner = list(indices)",
+        "check",
+        also=(('("var", "size", "offset", "steps")', '("var", "size", "offset")'),),
+    ),
+    Mutant(
+        "0002",
+        "last-fused-level-tiled-unchecked",
+        RETILE,
+        "inner = [i for i in indices if i >= self.min_level]",
+        "inner = [i for i in indices if i >= self.min_level - 1]",
+        "bound",
+        also=(('("var", "size", "offset", "steps")', '("var", "size", "offset")'),),
     ),
     # 0003 split
     Mutant(
@@ -148,6 +183,9 @@ MUTANTS = (
         "    if not _under_rollback_scope(leaves):\n        return True\n",
         "",
         "rollback",
+        equivalent="a split refactors the consumer's loops into another "
+        "factorization of the same flat index in the same visiting order: kept "
+        "outside can_fuse it changes loop shapes, not values",
     ),
     # 0004 two-step variance
     Mutant(
@@ -194,6 +232,9 @@ MUTANTS = (
         "    if not _share_a_dependency(scheduler, node1, node2):\n"
         "        return False",
         "rollback",
+        equivalent="apply_loop_reindexing refactors the pointwise node onto sizes "
+        "of the same product in the same visiting order: kept, it changes which "
+        "fusions score, not values",
     ),
     Mutant(
         "0005",
@@ -280,6 +321,9 @@ MUTANTS = (
         "    if count <= 1 or kernel.tail_size:",
         "    if count <= 1:",
         "check",
+        equivalent="stock emits the main kernel's declarations and final combine "
+        "only; the tail's rotation moves partial results between slots that are "
+        "all combined after the loop",
     ),
     Mutant(
         "0008",
@@ -330,6 +374,9 @@ MUTANTS = (
         "        if int(coeff) < span:\n            return False",
         "        if int(coeff) < span // 2:\n            return False",
         "bound",
+        equivalent="a store's index is injective over its loops (an output "
+        "layout), so an outer stride below its dense block's span needs an outer "
+        "loop of one iteration, where fusing cannot reorder anything",
     ),
     Mutant(
         "0009",
@@ -424,6 +471,8 @@ MUTANTS = (
         "    if len(members) <= 2:",
         "    if len(members) <= 1:",
         "bound",
+        equivalent="a node of two members regrouped is a one-member outer-loop node "
+        "(its first member alone), then the last: stock's fallback",
     ),
     Mutant(
         "0012",
@@ -440,6 +489,22 @@ MUTANTS = (
         "    scheduling.kernel_group.finalize_kernel(proxy, last)\n",
         "",
         "other",
+    ),
+    Mutant(
+        "0012",
+        "last-member-first",
+        REGROUP,
+        "    scheduling.codegen_outer_loop_node(head)\n"
+        "    last = members[-1].get_nodes()\n",
+        "    last = members[-1].get_nodes()\n",
+        "other",
+        also=(
+            (
+                "    scheduling.kernel_group.finalize_kernel(proxy, last)\n",
+                "    scheduling.kernel_group.finalize_kernel(proxy, last)\n"
+                "    scheduling.codegen_outer_loop_node(head)\n",
+            ),
+        ),
     ),
     # 0013 streaming stores
     Mutant(
@@ -522,13 +587,15 @@ def mutated_source(mutant: Mutant, root: Path | None = None) -> str:
         text = path.read_text()
     except FileNotFoundError:
         raise StaleMutant(f"{mutant.ident}: {mutant.path} is not installed") from None
-    count = text.count(mutant.original)
-    if count != 1:
-        raise StaleMutant(
-            f"{mutant.ident}: its original text occurs {count} times in "
-            f"{mutant.path} (expected once): update the mutant"
-        )
-    return text.replace(mutant.original, mutant.mutated)
+    for original, mutated in ((mutant.original, mutant.mutated), *mutant.also):
+        count = text.count(original)
+        if count != 1:
+            raise StaleMutant(
+                f"{mutant.ident}: its original text occurs {count} times in "
+                f"{mutant.path} (expected once): update the mutant"
+            )
+        text = text.replace(original, mutated)
+    return text
 
 
 _SITECUSTOMIZE = """\
@@ -576,6 +643,7 @@ class Outcome:
     reached: int = 0  # programs whose kernels the mutated feature changed
     detail: str = ""
     cost_only: str = ""
+    equivalent: str = ""
 
 
 def _examples(run_dir: Path) -> list[dict]:
@@ -609,6 +677,7 @@ def run_one(
         mutant.kind if mutant else "",
         "error",
         cost_only=mutant.cost_only if mutant else "",
+        equivalent=mutant.equivalent if mutant else "",
     )
     shutil.rmtree(work, ignore_errors=True)  # fresh run and repro directories
     work.mkdir(parents=True)
@@ -712,14 +781,20 @@ def run_mutants(
     previous: dict[str, Outcome] = {}
     if survivors:
         old = json.loads((out / "report.json").read_text())
-        previous = {m["ident"]: Outcome(**m) for m in old["mutants"]}
+        current = {m.ident: m for m in MUTANTS}
+        previous = {
+            m["ident"]: _remarked(Outcome(**m), current.get(m["ident"]))
+            for m in old["mutants"]
+            if m["ident"] in current  # a mutant since removed is dropped
+        }
         wanted = only.split(",") if only else []
         only = ",".join(
-            ident
-            for ident, o in previous.items()
-            if o.status in ("survived", "error")
-            and (not wanted or ident in wanted or o.feature in wanted)
-        )
+            m.ident
+            for m in MUTANTS
+            if (m.ident not in previous  # new since that report
+                or previous[m.ident].status in ("survived", "error"))
+            and (not wanted or m.ident in wanted or m.feature in wanted)
+        )  # fmt: skip
         if not only:
             log("mutants: no survivors to rerun")
             return old
@@ -764,6 +839,14 @@ def run_mutants(
     return report
 
 
+def _remarked(outcome: Outcome, mutant: Mutant | None) -> Outcome:
+    """An earlier outcome with the mutant's current cost-only and
+    equivalent marks."""
+    if mutant is not None:
+        outcome.cost_only, outcome.equivalent = mutant.cost_only, mutant.equivalent
+    return outcome
+
+
 def _per_feature(outcomes: list[Outcome]) -> dict:
     table: dict[str, dict] = {}
     for o in outcomes:
@@ -778,6 +861,8 @@ def _per_feature(outcomes: list[Outcome]) -> dict:
                     "error",
                     "cost_only",
                     "cost_only_killed",
+                    "equivalent",
+                    "equivalent_killed",
                 ),
                 0,
             ),
@@ -786,20 +871,25 @@ def _per_feature(outcomes: list[Outcome]) -> dict:
         if o.cost_only:
             row["cost_only"] += 1
             row["cost_only_killed"] += o.status == "killed"
+        elif o.equivalent:
+            row["equivalent"] += 1
+            row["equivalent_killed"] += o.status == "killed"
         else:
             row[o.status] += 1
     return dict(sorted(table.items()))
 
 
-def kill_rate(report: dict, *, include_cost_only: bool = False) -> float:
-    rows = report["features"].values()
-    killed = sum(
-        r["killed"] + (r["cost_only_killed"] if include_cost_only else 0) for r in rows
-    )
-    total = sum(
-        r["killed"] + r["survived"] + (r["cost_only"] if include_cost_only else 0)
-        for r in rows
-    )
+def kill_rate(
+    report: dict, *, include_cost_only: bool = False, include_equivalent: bool = False
+) -> float:
+    """Killed share of the mutants that can change results; optionally with
+    the cost-only and the equivalent ones in the denominator too."""
+    extra = [k for k, on in (("cost_only", include_cost_only),
+                             ("equivalent", include_equivalent)) if on]  # fmt: skip
+    rows = [{"equivalent": 0, "equivalent_killed": 0, **r}
+            for r in report["features"].values()]  # fmt: skip
+    killed = sum(r["killed"] + sum(r[f"{k}_killed"] for k in extra) for r in rows)
+    total = sum(r["killed"] + r["survived"] + sum(r[k] for k in extra) for r in rows)
     return killed / total if total else 0.0
 
 
@@ -826,37 +916,47 @@ def format_report(report: dict) -> str:
             "",
         ]
     lines += [
-        "| feature | mutants | killed | survived | stale | cost-only (killed) "
-        "| kill rate |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| feature | mutants | killed | survived | stale | equivalent (killed) "
+        "| cost-only (killed) | kill rate |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for feature, r in report["features"].items():
         judged = r["killed"] + r["survived"]
         rate = f"{100 * r['killed'] / judged:.0f}%" if judged else "-"
         lines.append(
             f"| {feature} | {r['mutants']} | {r['killed']} | {r['survived']} | "
-            f"{r['stale']} | {r['cost_only']} ({r['cost_only_killed']}) | {rate} |"
+            f"{r['stale']} | {r.get('equivalent', 0)} "
+            f"({r.get('equivalent_killed', 0)}) | "
+            f"{r['cost_only']} ({r['cost_only_killed']}) | {rate} |"
         )
+    everything = kill_rate(report, include_cost_only=True, include_equivalent=True)
     lines += [
         "",
         f"Kill rate of the mutants that can change results: "
-        f"**{100 * kill_rate(report):.0f}%**; with the cost-only ones: "
-        f"{100 * kill_rate(report, include_cost_only=True):.0f}%.",
+        f"**{100 * kill_rate(report):.0f}%**; with the equivalent ones: "
+        f"{100 * kill_rate(report, include_equivalent=True):.0f}%; with the "
+        f"equivalent and cost-only ones: {100 * everything:.0f}%.",
         "",
-        "## Survivors, stale and cost-only mutants",
+        "## Survivors, stale, equivalent and cost-only mutants",
         "",
     ]
     for m in report["mutants"]:
-        if m["status"] == "killed" and not m["cost_only"]:
+        if m["status"] == "killed" and not (m["cost_only"] or m.get("equivalent")):
             continue
-        why = m["detail"] or (f"cost only: {m['cost_only']}" if m["cost_only"] else "")
+        why = m["detail"] or (
+            f"cost only: {m['cost_only']}"
+            if m["cost_only"]
+            else f"equivalent: {m['equivalent']}"
+            if m.get("equivalent")
+            else ""
+        )
         lines.append(
             f"- `{m['ident']}` ({m['kind']}): {m['status']}, {m['programs']} programs, "
             f"feature reached in {m['reached']}. {why}"
         )
     lines += ["", "## Killed", ""]
     for m in report["mutants"]:
-        if m["status"] == "killed" and not m["cost_only"]:
+        if m["status"] == "killed" and not (m["cost_only"] or m.get("equivalent")):
             lines.append(
                 f"- `{m['ident']}` in {m['seconds']:.0f} s: {m['detail'][:160]}"
             )

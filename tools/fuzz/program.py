@@ -258,6 +258,22 @@ def _render_norm(args, p) -> str:
     raise ValueError(kind)
 
 
+# In-place updates (``a.add_(b)``): of a program input (the compiled graph
+# copies the result back into it) or of an intermediate.
+INPLACE = {"add": "add_", "mul": "mul_", "sub": "sub_"}
+
+# Views that read a value shifted or restrided: a reduction's keepdim output
+# read another way than its consumer's own index.
+SHIFTS = {
+    "flip": "{a}.flip({dim})",
+    "roll": "torch.roll({a}, {shift}, {dim})",
+    # the flat storage shifted by one element, zero-padded at the end
+    "flat_shift": "F.pad({a}.flatten()[1:], (0, 1)).view({a}.shape)",
+    # the first index of a dim broadcast over it (outer stride 0)
+    "first": "{a}.narrow({dim}, 0, 1)",
+}
+
+
 def _render_reduce(args, p) -> str:
     (a,) = args
     op, dims, keep = p["op"], _dims(p["dims"]), p["keepdim"]
@@ -291,4 +307,6 @@ RENDERERS = {
         f"padding={p['padding']})"
     ),
     "cast": lambda args, p: f"{args[0]}.to(torch.{p['dtype']})",
+    "inplace": lambda args, p: f"{args[0]}.{INPLACE[p['op']]}({args[1]})",
+    "shift": lambda args, p: SHIFTS[p["how"]].format(a=args[0], **p),
 }

@@ -563,17 +563,51 @@ def _rows_family(draw, b: _Builder) -> None:
         extra = {"correction": 0} if red == "var" else {}
         r = _op(b, "reduce", [x], op=red, dims=(-1,), keepdim=True, **extra)
         x = _op(b, "binary", [x, r], op=draw(st.sampled_from(["sub", "div", "mul"])))
+    after = draw(st.sampled_from(["none", "permute", "slice"]))
+    if core == "group_norm" and after == "permute":
+        # channels first: the output's loops cannot merge, so the split
+        # meets levels the groups do not divide (0003)
+        x = _op(b, "permute", [x], perm=(1, 0, 2), contiguous=True)
+    elif core == "group_norm" and after == "slice" and x.shape[1] > 2:
+        # part of the channels: a consumer the groups do not divide
+        x = _op(b, "slice", [x], dim=1, start=None, stop=x.shape[1] - 1, step=1)
+        x = _op(b, "unary", [x], op="relu")
     if draw(st.booleans()):
         x = _op(b, "unary", [x], op=draw(st.sampled_from(["relu", "affine", "tanh"])))
 
 
 def _block_family(draw, b: _Builder) -> None:
     """Reductions over the middle dim of (N, C, L) and their broadcasting
-    consumers: outer-block fusion and its local buffers (0009, 0011)."""
+    consumers: outer-block fusion and its local buffers (0009, 0011); the
+    reduction read shifted, flipped or from one block for all (0009's bounds
+    and outer strides); an input the reduction reads updated in place by its
+    result (0009's mutation check)."""
     shape = [draw(st.sampled_from(BLOCK_N)), draw(st.sampled_from(BLOCK_C)),
              draw(st.sampled_from(BLOCK_L))]  # fmt: skip
     x = _data(b, _capped(shape, b.params.max_numel))
-    how = draw(st.sampled_from(["manual_softmax", "center", "softmax", "scale", "two"]))
+    how = draw(
+        st.sampled_from(
+            ["manual_softmax", "center", "softmax", "scale", "two", "shifted",
+             "inplace"]
+        )
+    )  # fmt: skip
+    if how == "shifted":  # the reduction read past its block or across blocks
+        r = _op(b, "reduce", [x], op=draw(st.sampled_from(["amax", "mean", "sum"])),
+                dims=(1,), keepdim=True)  # fmt: skip
+        shift = draw(st.sampled_from(["flat_shift", "first", "roll", "flip"]))
+        s = _op(b, "shift", [r], how=shift, dim=draw(st.sampled_from([0, 2])),
+                shift=draw(st.sampled_from([1, -1])))  # fmt: skip
+        _op(b, "binary", [x, s], op=draw(st.sampled_from(["sub", "mul"])))
+        return
+    if how == "inplace":  # an input the reduction reads, updated in place by it
+        w = _data(b, (x.shape[0], 1, x.shape[2]))
+        read = draw(st.sampled_from(["flip", "first", "same"]))
+        wr = w if read == "same" else _op(b, "shift", [w], how=read, dim=0, shift=1)
+        r = _op(b, "reduce", [_op(b, "binary", [x, wr], op="mul")], op="sum",
+                dims=(1,), keepdim=True)  # fmt: skip
+        _op(b, "inplace", [w, _op(b, "unary", [r], op="tanh")],
+            op=draw(st.sampled_from(["add", "mul", "sub"])))  # fmt: skip
+        return
     if how == "manual_softmax":  # its exp only the fused kernels read: 0011
         m = _op(b, "reduce", [x], op="amax", dims=(1,), keepdim=True)
         e = _op(b, "unary", [_op(b, "binary", [x, m], op="sub")], op="exp")
@@ -676,8 +710,11 @@ FAMILIES = {
 
 
 @st.composite
-def targeted_programs(draw, params: StrategyParams = StrategyParams()) -> Program:
-    family = draw(st.sampled_from(list(FAMILIES)))
+def targeted_programs(
+    draw, params: StrategyParams = StrategyParams(), family: str | None = None
+) -> Program:
+    if family is None:
+        family = draw(st.sampled_from(list(FAMILIES)))
     dtype = draw(st.sampled_from(params.dtypes))
     targeted = dataclasses.replace(params, max_numel=TARGETED_MAX_NUMEL)
     builder = _Builder(draw, targeted, dtype)
@@ -704,7 +741,8 @@ def fuzz_cases(draw, params: StrategyParams = StrategyParams()) -> FuzzCase:
     """A random or (one case in two) a feature-targeted program, and how
     to compile it: shapes, flags, threads, cache size."""
     targeted = params.targeted and draw(st.booleans())
-    program = draw(targeted_programs(params) if targeted else programs(params))
+    family = draw(st.sampled_from(list(FAMILIES))) if targeted else None
+    program = draw(targeted_programs(params, family) if targeted else programs(params))
     dynamic = params.dynamic
     if dynamic is None:  # about one case in four
         dynamic = draw(st.booleans()) and draw(st.booleans())
@@ -713,9 +751,12 @@ def fuzz_cases(draw, params: StrategyParams = StrategyParams()) -> FuzzCase:
         input_seed=draw(st.integers(0, 2**16)),
         dynamic=dynamic,
         config=draw(st.sampled_from(list(CONFIGS))),
-        # every flag (loop ordering after fusion on: two cases in three) or
-        # the shipped defaults
-        flags=draw(st.sampled_from(["all", "all", "shipped"])),
+        # every flag (loop ordering after fusion on: two cases in three, and
+        # always for the layout family, which targets it) or the shipped
+        # defaults
+        flags="all"
+        if family == "layout"
+        else draw(st.sampled_from(["all", "all", "shipped"])),
         threads=draw(st.sampled_from([0, 1, 2, 4])),
         cache_bytes=draw(st.sampled_from(CACHE_BYTES)),
     )
