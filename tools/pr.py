@@ -352,14 +352,18 @@ def plan_commits(
             grown.setdefault(rel, []).append(name)
             first_owner = owners[rel][0] if owners[rel] else None
             if first_owner is None or first_owner > index:
-                later = patches[first_owner].name if first_owner is not None else "no patch"
+                later = (
+                    patches[first_owner].name if first_owner is not None else "no patch"
+                )
                 early.append(
                     f"`{name}` of `{rel}` arrives with {patch.name}, needed by "
                     f"{by.replace('torch/_inductor/', '')}; {later} is the first "
                     "to name that module"
                 )
         states = {rel: slicer.render(rel) for rel in overlay if slicer.has(rel)}
-        changed = {rel: text for rel, text in states.items() if previous.get(rel) != text}
+        changed = {
+            rel: text for rel, text in states.items() if previous.get(rel) != text
+        }
         planned.append(
             PlannedCommit(
                 patch=patch,
@@ -393,14 +397,18 @@ def plan_commits(
             raise ExportError(
                 f"{test.source}: features {unknown} are not overlay modules"
             )
-        if not any({module_stem(m) for m in c.uses} & set(test.features) for c in planned):
+        if not any(
+            {module_stem(m) for m in c.uses} & set(test.features) for c in planned
+        ):
             raise ExportError(f"{test.source}: no patch uses {test.features}")
     return planned
 
 
 def ruff_executable() -> str | None:
-    local = Path(sys.executable).parent / "ruff"
-    return str(local) if local.exists() else shutil.which("ruff")
+    for candidate in (Path(sys.executable).parent, REPO_ROOT / ".venv" / "bin"):
+        if (candidate / "ruff").exists():
+            return str(candidate / "ruff")
+    return shutil.which("ruff")
 
 
 def check_names(rel: str, text: str, label: str) -> None:
@@ -418,7 +426,10 @@ def check_names(rel: str, text: str, label: str) -> None:
     )  # fmt: skip
     if proc.returncode != 0:
         found = [line for line in proc.stdout.splitlines() if rel in line]
-        raise ExportError(f"{label}: {rel} as cut there:\n" + "\n".join(found or [proc.stdout + proc.stderr]))
+        raise ExportError(
+            f"{label}: {rel} as cut there:\n"
+            + "\n".join(found or [proc.stdout + proc.stderr])
+        )
 
 
 def first_step_of(test: TestExport, commits: Sequence[PlannedCommit]) -> int:
@@ -632,7 +643,10 @@ class TestPlacer:
                 units, _ = closure(source, [name])
                 signatures[(test.dest, name)] = _signature(source, units)
                 if name in placed:
-                    if self.signature[(test.dest, name)] != signatures[(test.dest, name)]:
+                    if (
+                        self.signature[(test.dest, name)]
+                        != signatures[(test.dest, name)]
+                    ):
                         changed.append(name)
                 elif last or not self._blocked(test, source, name, index, absent):
                     new.append(name)
@@ -642,7 +656,9 @@ class TestPlacer:
         results: dict[str, dict[str, str]] = {}
         trial: dict[str, str] = {}
         if to_run and self.runner is not None:
-            trial = {HELPER_PATH: make_helper_module(self.helper_sources, flags, absent)}
+            trial = {
+                HELPER_PATH: make_helper_module(self.helper_sources, flags, absent)
+            }
             for test in self.tests:
                 names = [*self.placed[test.dest], *candidates[test.dest]]
                 if names:
@@ -889,7 +905,8 @@ def pr_description(
             "",
         ]
         waited = [
-            f"- {c.patch.name[:4]}: {', '.join(n for ns in c.check.promoted.values() for n in ns)}"
+            f"- {c.patch.name[:4]}: "
+            + ", ".join(n for ns in c.check.promoted.values() for n in ns)
             for c in commits
             if c.check is not None and c.check.promoted
         ]
@@ -905,9 +922,8 @@ def pr_description(
         out += ["### Upstream tests, stock vs patched", "", upstream_tests.strip(), ""]
     out += ["## Notes on the export", ""]
     grown = [
-        f"- `{rel}`: " + ", ".join(
-            c.patch.name[:4] for c in commits if rel in c.modules
-        )
+        f"- `{rel}`: "
+        + ", ".join(c.patch.name[:4] for c in commits if rel in c.modules)
         for rel in sorted({rel for c in commits for rel in c.modules})
         if sum(rel in c.modules for c in commits) > 1
     ]

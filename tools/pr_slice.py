@@ -239,7 +239,9 @@ class ModuleSource:
                 for n in unit.inner_imports
                 for a in n.names  # type: ignore[attr-defined]
             ):
-                used |= {n.id for n in ast.walk(unit.node.test) if isinstance(n, ast.Name)}  # type: ignore[attr-defined]
+                used |= {
+                    n.id for n in ast.walk(unit.node.test) if isinstance(n, ast.Name)
+                }  # type: ignore[attr-defined]
         out: list[str] = []
         for unit in self.units:
             text = "".join(self.lines[unit.start : unit.end])
@@ -256,7 +258,9 @@ class ModuleSource:
         if unit.kind == "import":
             statement = _filtered_import(unit.node, used, self.lines, "")
             return head + statement if statement else ""
-        inner = [_filtered_import(n, used, self.lines, "    ") for n in unit.inner_imports]
+        inner = [
+            _filtered_import(n, used, self.lines, "    ") for n in unit.inner_imports
+        ]
         inner = [s for s in inner if s]
         if not inner:
             return ""
@@ -264,11 +268,11 @@ class ModuleSource:
         return head + self.lines[first] + "".join(inner)
 
 
-def _filtered_import(node: ast.stmt, used: set[str], lines: list[str], indent: str) -> str:
+def _filtered_import(
+    node: ast.stmt, used: set[str], lines: list[str], indent: str
+) -> str:
     assert isinstance(node, (ast.Import, ast.ImportFrom))
-    kept = [
-        a for a in node.names if (a.asname or a.name.split(".")[0]) in used
-    ]
+    kept = [a for a in node.names if (a.asname or a.name.split(".")[0]) in used]
     if len(kept) == len(node.names):
         return "".join(lines[node.lineno - 1 : node.end_lineno])
     if not kept:
@@ -293,7 +297,9 @@ class Slicer:
 
     def __init__(self, sources: dict[str, str]):
         files = set(sources)
-        self.modules = {rel: ModuleSource(rel, text, files) for rel, text in sources.items()}
+        self.modules = {
+            rel: ModuleSource(rel, text, files) for rel, text in sources.items()
+        }
         self.included: dict[str, set[int]] = {rel: set() for rel in sources}
 
     def add(
@@ -315,9 +321,11 @@ class Slicer:
                 raise SliceError(f"{module} defines no {name!r} ({by} needs it)")
             fresh = [i for i in indexes if i not in self.included[module]]
             if fresh and not self.included[module]:
-                fresh = sorted(set(fresh) | set(source.always()) - {
-                    u.index for u in source.units if u.kind != "other"
-                })
+                fresh = sorted(
+                    set(fresh)
+                    | set(source.always())
+                    - {u.index for u in source.units if u.kind != "other"}
+                )
             for index in fresh:
                 self.included[module].add(index)
                 unit = source.units[index]
@@ -330,7 +338,9 @@ class Slicer:
 
     def add_all(self, rel: str, why: str = "") -> list[tuple[str, str, str]]:
         source = self.modules[rel]
-        names = sorted({n for i in source.definitions() for n in source.units[i].defines})
+        names = sorted(
+            {n for i in source.definitions() for n in source.units[i].defines}
+        )
         return self.add(rel, names, why)
 
     def has(self, rel: str) -> bool:
@@ -347,7 +357,9 @@ class Slicer:
         return self.modules[rel].render(self.included[rel])
 
 
-def imports_in_text(importer: str, text: str, files: Iterable[str]) -> dict[str, set[str]]:
+def imports_in_text(
+    importer: str, text: str, files: Iterable[str]
+) -> dict[str, set[str]]:
     """{module file of ours: names} that the import statements in `text`
     (a file's added lines, parsed one statement at a time) bring in.
     `from .m import a, b` gives a and b; `import x.m as m` or `from . import
@@ -356,7 +368,8 @@ def imports_in_text(importer: str, text: str, files: Iterable[str]) -> dict[str,
     probe = ModuleSource(importer, "", files)
     out: dict[str, set[str]] = {}
     statements = re.findall(
-        r"^[ \t]*(from[ \t]+\S+[ \t]+import[ \t]+(?:\([^)]*\)|[^\n]*)|import[ \t]+[^\n]+)",
+        r"^[ \t]*(from[ \t]+\S+[ \t]+import[ \t]+(?:\([^)]*\)|[^\n]*)"
+        r"|import[ \t]+[^\n]+)",
         text,
         flags=re.M,
     )

@@ -35,19 +35,25 @@ class StepCheck:
     promoted: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     def count(self, status: str) -> int:
-        return sum(s == status for tests in self.results.values() for s in tests.values())
+        return sum(
+            s == status for tests in self.results.values() for s in tests.values()
+        )
 
     @property
     def green(self) -> bool:
         return all(
-            s in (PASSED, SKIPPED) for tests in self.results.values() for s in tests.values()
+            s in (PASSED, SKIPPED)
+            for tests in self.results.values()
+            for s in tests.values()
         )
 
 
 def overlay_tree(site_packages: Path, tree: Path, dest: Path) -> Path:
     """dest/torch: stock torch from site_packages with tree/torch's files on top."""
     ours = sorted(
-        p.relative_to(tree).as_posix() for p in (tree / "torch").rglob("*") if p.is_file()
+        p.relative_to(tree).as_posix()
+        for p in (tree / "torch").rglob("*")
+        if p.is_file()
     )
     real_dirs = {"torch"}
     for rel in ours:
@@ -71,7 +77,9 @@ def overlay_tree(site_packages: Path, tree: Path, dest: Path) -> Path:
     return dest
 
 
-def test_outcomes(junit: Path, functions: dict[str, list[str]]) -> dict[str, dict[str, str]]:
+def junit_outcomes(
+    junit: Path, functions: dict[str, list[str]]
+) -> dict[str, dict[str, str]]:
     """{file: {test function: status}} from pytest's junit XML.
 
     A parametrized test function passes when every instance passes or is
@@ -88,7 +96,11 @@ def test_outcomes(junit: Path, functions: dict[str, list[str]]) -> dict[str, dic
             if stem not in classname and stem not in path:
                 continue
             owner = max(
-                (n for n in names if name == n or name.startswith(n + "_") or name.startswith(n + "[")),
+                (
+                    n
+                    for n in names
+                    if name == n or name.startswith((n + "_", n + "["))
+                ),
                 key=len,
                 default=None,
             )
@@ -103,7 +115,8 @@ def test_outcomes(junit: Path, functions: dict[str, list[str]]) -> dict[str, dic
             current = results[dest][owner]
             rank = {MISSING: 0, SKIPPED: 1, PASSED: 2, FAILED: 3}
             if current == MISSING or (
-                rank[status] > rank[current] and not (current == PASSED and status == SKIPPED)
+                rank[status] > rank[current]
+                and not (current == PASSED and status == SKIPPED)
             ):
                 results[dest][owner] = status
     return results
@@ -151,10 +164,12 @@ class StepRunner:
             proc = subprocess.run(
                 command, cwd=tests_dir, env=env, capture_output=True, text=True
             )
-            results = test_outcomes(junit, functions)
+            results = junit_outcomes(junit, functions)
             if proc.returncode not in (0, 1, 5):
                 tail = (proc.stdout + proc.stderr).strip().splitlines()[-20:]
-                self.log(f"{label}: pytest exited {proc.returncode}:\n" + "\n".join(tail))
+                self.log(
+                    f"{label}: pytest exited {proc.returncode}:\n" + "\n".join(tail)
+                )
             failed = [n for r in results.values() for n, s in r.items() if s == FAILED]
             if failed:
                 self.log(f"{label}: failed {', '.join(failed)}")
@@ -171,7 +186,8 @@ def _venv_python(site_packages: Path) -> Path:
 
 
 def format_checks(
-    rows: Sequence[tuple[str, StepCheck | None]], placements: Iterable[tuple[str, str, str]] = ()
+    rows: Sequence[tuple[str, StepCheck | None]],
+    placements: Iterable[tuple[str, str, str]] = (),
 ) -> list[str]:
     """A markdown table of the per-commit checks."""
     lines = [

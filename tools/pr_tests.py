@@ -75,7 +75,9 @@ def drop_absent_flags(text: str, absent: set[str]) -> tuple[str, set[str]]:
     for start, end in sorted(cuts, reverse=True):
         text = text[:start] + text[end:]
     text = re.sub(r"\{\s*\}", "{}", text)
-    text = re.sub(r",\s*\}", lambda m: "}" if "\n" not in m.group(0) else m.group(0), text)
+    text = re.sub(
+        r",\s*\}", lambda m: "}" if "\n" not in m.group(0) else m.group(0), text
+    )
     ast.parse(text)
     return text, needed
 
@@ -105,7 +107,9 @@ def test_names(source: ModuleSource) -> list[str]:
 IMPLICIT = ("setup_module", "teardown_module", "pytestmark")
 
 
-def closure(source: ModuleSource, roots: list[str]) -> tuple[set[int], set[tuple[str, str]]]:
+def closure(
+    source: ModuleSource, roots: list[str]
+) -> tuple[set[int], set[tuple[str, str]]]:
     """Units of `source` the tests `roots` need, and the (overlay module,
     name) pairs those units use (a module used as a whole gives name '')."""
     included: set[int] = set()
@@ -132,7 +136,9 @@ def closure(source: ModuleSource, roots: list[str]) -> tuple[set[int], set[tuple
                         for n in ast.walk(unit.node)
                         if isinstance(n, ast.Constant) and isinstance(n.value, str)
                     }
-                    external |= {(binding.module, s) for s in strings if s.isidentifier()}
+                    external |= {
+                        (binding.module, s) for s in strings if s.isidentifier()
+                    }
     return included, external
 
 
@@ -282,7 +288,9 @@ def _parametrize(node: ast.Call, t: _Text, used: set[str]) -> str:
     if isinstance(ids, ast.Lambda):
         return f"parametrize({names_text}, {t.seg(values)}, name_fn={t.seg(ids)})"
     used.add("subtest")
-    if isinstance(ids, (ast.List, ast.Tuple)) and isinstance(values, (ast.List, ast.Tuple)):
+    if isinstance(ids, (ast.List, ast.Tuple)) and isinstance(
+        values, (ast.List, ast.Tuple)
+    ):
         items = [
             f"subtest({t.seg(v)}, name={t.seg(i)})"
             for v, i in zip(values.elts, ids.elts, strict=True)
@@ -294,7 +302,9 @@ def _parametrize(node: ast.Call, t: _Text, used: set[str]) -> str:
     )
 
 
-def _rewrite_body(func: ast.FunctionDef, t: _Text, used: set[str], fixtures: set[str]) -> list[_Edit]:
+def _rewrite_body(
+    func: ast.FunctionDef, t: _Text, used: set[str], fixtures: set[str]
+) -> list[_Edit]:
     """Edits inside one test or fixture function (positions in t)."""
     edits: list[_Edit] = []
     for node in ast.walk(func):
@@ -318,9 +328,14 @@ def _rewrite_body(func: ast.FunctionDef, t: _Text, used: set[str], fixtures: set
                 elif func_node.attr == "setenv":
                     used.add("os")
                     key, value = (t.seg(a) for a in node.args)
-                    text = f"self.enterContext(mock.patch.dict(os.environ, {{{key}: {value}}}))"
+                    text = (
+                        "self.enterContext("
+                        f"mock.patch.dict(os.environ, {{{key}: {value}}}))"
+                    )
                 else:
-                    raise TestExportError(f"monkeypatch.{func_node.attr} not convertible")
+                    raise TestExportError(
+                        f"monkeypatch.{func_node.attr} not convertible"
+                    )
                 edits.append(_Edit(start, end, text))
             elif _pytest_call(node, t, "pytest.raises"):
                 start, end = t.span(node)
@@ -338,7 +353,10 @@ def _rewrite_body(func: ast.FunctionDef, t: _Text, used: set[str], fixtures: set
 
 
 def _indent(text: str) -> str:
-    return "".join(("    " + line) if line.strip() else line for line in text.splitlines(keepends=True))
+    return "".join(
+        ("    " + line) if line.strip() else line
+        for line in text.splitlines(keepends=True)
+    )
 
 
 def class_name(dest: str) -> str:
@@ -375,7 +393,9 @@ def to_upstream(text: str, rel: str, dest: str, overlay_files: set[str]) -> str:
             isinstance(x, ast.Name) and x.id == "pytestmark" for x in node.targets
         ):
             value = node.value
-            if isinstance(value, ast.Call) and _pytest_call(value, t, "pytest.mark.skipif"):
+            if isinstance(value, ast.Call) and _pytest_call(
+                value, t, "pytest.mark.skipif"
+            ):
                 class_decorators.append("@" + _skipif(value, t, used))
                 continue
             if isinstance(value, ast.Name):  # a skip mark defined elsewhere
@@ -393,7 +413,9 @@ def to_upstream(text: str, rel: str, dest: str, overlay_files: set[str]) -> str:
                 start, end = t.span(sub)
                 edits.append(_Edit(start, end, _skipif(sub, t, used)))
         if not (is_test or is_fixture):
-            module_parts.append(_apply_chunk(text, chunk_start, chunk_end, edits).strip("\n"))
+            module_parts.append(
+                _apply_chunk(text, chunk_start, chunk_end, edits).strip("\n")
+            )
             continue
         assert isinstance(node, ast.FunctionDef)
         edits = [e for e in edits if not _inside_decorators(e, node, t)]
@@ -402,7 +424,13 @@ def to_upstream(text: str, rel: str, dest: str, overlay_files: set[str]) -> str:
             name = _decorator_name(decorator)
             if name == "pytest.fixture":
                 line_start = t.offsets[decorator.lineno - 1]
-                edits.append(_Edit(line_start, t.offsets[decorator.end_lineno or decorator.lineno], ""))
+                edits.append(
+                    _Edit(
+                        line_start,
+                        t.offsets[decorator.end_lineno or decorator.lineno],
+                        "",
+                    )
+                )
             elif name == "pytest.mark.parametrize":
                 assert isinstance(decorator, ast.Call)
                 edits.append(_Edit(start, end, _parametrize(decorator, t, used)))
@@ -415,31 +443,34 @@ def to_upstream(text: str, rel: str, dest: str, overlay_files: set[str]) -> str:
         # the parameters: self, and fixtures called first
         params = [a.arg for a in node.args.args]
         args_node = node.args
-        if params or True:
-            first = node.body[0]
+        first = node.body[0]
+        if (
+            isinstance(first, ast.Expr)
+            and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)
+            and len(node.body) > 1
+        ):
+            first = node.body[1]
+        indent = " " * first.col_offset
+        calls = "".join(f"{p} = self.{p}()\n{indent}" for p in params if p in fixtures)
+        line_start = t.offsets[first.lineno - 1] + first.col_offset
+        if calls:
+            edits.append(_Edit(line_start, line_start, calls))
+        for p in params:
             if (
-                isinstance(first, ast.Expr)
-                and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)
-                and len(node.body) > 1
+                p not in fixtures
+                and p != "monkeypatch"
+                and not _is_parametrized(node, p)
             ):
-                first = node.body[1]
-            indent = " " * first.col_offset
-            calls = "".join(
-                f"{p} = self.{p}()\n{indent}" for p in params if p in fixtures
-            )
-            line_start = t.offsets[first.lineno - 1] + first.col_offset
-            if calls:
-                edits.append(_Edit(line_start, line_start, calls))
-            for p in params:
-                if p not in fixtures and p != "monkeypatch" and not _is_parametrized(node, p):
-                    raise TestExportError(f"{rel}: {node.name} takes fixture {p!r}")
-            kept = [p for p in params if p not in fixtures and p != "monkeypatch"]
-            sig_start, sig_end = _args_span(node, t, args_node)
-            edits.append(_Edit(sig_start, sig_end, ", ".join(["self", *kept])))
+                raise TestExportError(f"{rel}: {node.name} takes fixture {p!r}")
+        kept = [p for p in params if p not in fixtures and p != "monkeypatch"]
+        sig_start, sig_end = _args_span(node, t, args_node)
+        edits.append(_Edit(sig_start, sig_end, ", ".join(["self", *kept])))
         method = _apply_chunk(text, chunk_start, chunk_end, edits)
         if re.search(r"\bmonkeypatch\b", method):
-            raise TestExportError(f"{rel}: {node.name} uses monkeypatch beyond setattr/setenv")
+            raise TestExportError(
+                f"{rel}: {node.name} uses monkeypatch beyond setattr/setenv"
+            )
         class_parts.append(_indent(method.strip("\n")))
     name = class_name(dest)
     header = "".join(f"{d}\n" for d in class_decorators)
@@ -449,7 +480,7 @@ def to_upstream(text: str, rel: str, dest: str, overlay_files: set[str]) -> str:
             "    @classmethod\n    def setUpClass(cls):\n        super().setUpClass()\n"
             "        setup_module()",
         )
-    body = "\n\n".join(class_parts) + "\n"
+    body = re.sub(r"\n{3,}", "\n\n", "\n\n".join(class_parts)) + "\n"
     klass = f"{header}class {name}(TestCase):\n{body}"
     if "parametrize" in used:
         klass += f"\n\ninstantiate_parametrized_tests({name})\n"
@@ -460,7 +491,16 @@ def to_upstream(text: str, rel: str, dest: str, overlay_files: set[str]) -> str:
     if source.units and source.units[0].kind == "doc":
         doc = "".join(t.lines[: source.units[0].end]).strip("\n") + "\n\n"
     main = '\n\nif __name__ == "__main__":\n    run_tests()\n'
-    out = doc + imports + "\n\n" + rest.strip("\n") + "\n\n\n" + klass.rstrip("\n") + "\n" + main
+    out = (
+        doc
+        + imports
+        + "\n\n"
+        + rest.strip("\n")
+        + "\n\n\n"
+        + klass.rstrip("\n")
+        + "\n"
+        + main
+    )
     out = re.sub(r"\n{4,}", "\n\n\n", out).strip("\n") + "\n"
     ast.parse(out)
     return out
@@ -468,7 +508,10 @@ def to_upstream(text: str, rel: str, dest: str, overlay_files: set[str]) -> str:
 
 def _is_parametrized(node: ast.FunctionDef, param: str) -> bool:
     for decorator in node.decorator_list:
-        if isinstance(decorator, ast.Call) and _decorator_name(decorator) == "pytest.mark.parametrize":
+        if (
+            isinstance(decorator, ast.Call)
+            and _decorator_name(decorator) == "pytest.mark.parametrize"
+        ):
             names = decorator.args[0]
             if isinstance(names, ast.Constant) and param in [
                 s.strip() for s in str(names.value).split(",")
@@ -518,7 +561,11 @@ def _decorator_name(node: ast.expr) -> str:
 
 
 def _apply_chunk(text: str, start: int, end: int, edits: list[_Edit]) -> str:
-    local = [_Edit(e.start - start, e.end - start, e.text) for e in edits if start <= e.start < end]
+    local = [
+        _Edit(e.start - start, e.end - start, e.text)
+        for e in edits
+        if start <= e.start < end
+    ]
     return _apply(text[start:end], local)
 
 
@@ -594,7 +641,11 @@ def _compose(statements: list[str]) -> str:
         names = sorted(names, key=str.lower)
         line = f"from {module} import {', '.join(names)}"
         if len(line) > 88:
-            line = f"from {module} import (\n" + "".join(f"    {n},\n" for n in names) + ")"
+            line = (
+                f"from {module} import (\n"
+                + "".join(f"    {n},\n" for n in names)
+                + ")"
+            )
         lines.append((section(module), 1, module.lower(), line))
     lines.sort()
     out: list[str] = []
@@ -608,7 +659,7 @@ def _compose(statements: list[str]) -> str:
 
 
 def convert_marks(text: str) -> str:
-    """`pytest.mark.skipif(c, reason=r)` anywhere in a module -> `unittest.skipIf(c, r)`."""
+    """`pytest.mark.skipif(c, reason=r)` in a module -> `unittest.skipIf(c, r)`."""
     t = _Text(text)
     used: set[str] = set()
     edits = [
