@@ -1246,11 +1246,11 @@ def export_series(
 
 
 def step_check_line(commits: Sequence[PlannedCommit]) -> str:
-    checked = [c for c in commits if c.check is not None]
-    run = sum(len(t) for c in checked for t in c.check.results.values())  # type: ignore[union-attr]
-    red = [c.patch.name[:4] for c in checked if not c.check.green]  # type: ignore[union-attr]
+    checks = [(c.patch.name[:4], c.check) for c in commits if c.check is not None]
+    run = sum(len(t) for _, check in checks for t in check.results.values())
+    red = [name for name, check in checks if not check.green]
     line = (
-        f"step by step: {len(checked)} of {len(commits)} commits add or change "
+        f"step by step: {len(checks)} of {len(commits)} commits add or change "
         f"tests; {run} test functions ran at the commit that carries them"
     )
     return line + (f"; FAILED at {', '.join(red)}" if red else ", all passed")

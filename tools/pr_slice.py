@@ -163,7 +163,7 @@ class ModuleSource:
             kind = "future"
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             kind = "import"
-        elif _is_type_checking_block(node):
+        elif isinstance(node, ast.If) and _is_type_checking_block(node):
             kind = "typecheck"
             inner = list(node.body)
         elif _defined_names(node):
@@ -239,9 +239,9 @@ class ModuleSource:
                 for n in unit.inner_imports
                 for a in n.names  # type: ignore[attr-defined]
             ):
-                used |= {
-                    n.id for n in ast.walk(unit.node.test) if isinstance(n, ast.Name)
-                }  # type: ignore[attr-defined]
+                assert isinstance(unit.node, ast.If)
+                test = unit.node.test
+                used |= {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
         out: list[str] = []
         for unit in self.units:
             text = "".join(self.lines[unit.start : unit.end])

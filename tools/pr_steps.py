@@ -96,11 +96,7 @@ def junit_outcomes(
             if stem not in classname and stem not in path:
                 continue
             owner = max(
-                (
-                    n
-                    for n in names
-                    if name == n or name.startswith((n + "_", n + "["))
-                ),
+                (n for n in names if name == n or name.startswith((n + "_", n + "["))),
                 key=len,
                 default=None,
             )

@@ -278,7 +278,9 @@ def _parametrize(node: ast.Call, t: _Text, used: set[str]) -> str:
     used.add("parametrize")
     names, values = node.args[0], node.args[1]
     if isinstance(names, (ast.Tuple, ast.List)):
-        arg_str = ",".join(e.value for e in names.elts if isinstance(e, ast.Constant))
+        arg_str = ",".join(
+            str(e.value) for e in names.elts if isinstance(e, ast.Constant)
+        )
         names_text = repr(arg_str)
     else:
         names_text = t.seg(names)
