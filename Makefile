@@ -223,7 +223,9 @@ rebase-check:
 	$(PYTHON) -m tools.rebase_check "$(UPSTREAM_DIR)" --markdown build/rebase-check.md
 
 # make pr: tools/pr.py (README "Upstreaming").  The pristine v$(TORCH_VERSION)
-# files come from the stock venv; with PYTORCH_SRC the set is also applied
+# files come from the stock venv; each commit's tests run there, over the
+# partial tree at that commit (PR_ARGS=--no-step-checks skips the runs); ruff
+# from .venv checks every cut module.  With PYTORCH_SRC the set is also applied
 # (git am --3way, in a throwaway clone) onto ONTO (default HEAD) there.
 ONTO ?=
 PR_ARGS ?=

@@ -95,39 +95,93 @@ def test_git_am_on_a_fresh_partial_tree(export, tmp_path):
     assert set(log.splitlines()) == {f"{IDENTITY[0]} <{IDENTITY[1]}>"}
 
 
-def test_overlay_modules_land_in_the_first_commit_that_names_them(export):
+def applied(export: pr.Export, root: Path, count: int) -> Path:
+    """The partial tree after the first `count` exported commits."""
+    if not root.exists():
+        fresh_base(root, export)
+    run_git(root, "am", "--quiet", *map(str, export.patches[:count]))
+    return root
+
+
+def test_overlay_modules_grow_step_by_step(export, tmp_path):
     overlay = load_overlay_files()
-    landed: dict[str, str] = {}
+    states: dict[str, list[str]] = {}
     for patch in export.patches:
         for rel in files_of(patch):
             if rel in overlay:
-                assert rel not in landed, f"{rel} added twice"
-                landed[rel] = patch.name
-    assert set(landed) == set(overlay)
-    for commit, patch in zip(export.commits, export.patches, strict=True):
+                states.setdefault(rel, []).append(patch.name)
+    assert set(states) == set(overlay)
+    root = applied(export, tmp_path / "pytorch", len(export.patches))
+    for rel, data in overlay.items():
+        assert (root / rel).read_bytes() == data  # the last state is the module
+    for commit in export.commits:
         for rel in commit.uses:  # named by Origin: or imported by the patch
-            assert rel in landed and landed[rel] <= patch.name, (rel, patch.name)
+            first = states[rel][0][:4]
+            assert first <= commit.patch.name[:4], (rel, commit.patch.name)
+        for rel in commit.modules:
+            ast.parse(commit.modules[rel])
+    # a module only one patch names lands whole with that patch
+    named = {rel: [c for c in export.commits if rel in c.uses] for rel in overlay}
+    for rel, commits in named.items():
+        if len(commits) == 1 and states[rel] == [commits[0].patch.name]:
+            assert commits[0].modules[rel] == overlay[rel].decode()
+
+
+def test_a_shared_module_grows_by_the_names_each_step_imports(export):
+    # cpp_fusion_costs.py: 0004 brings two_step_variance_threshold, 0007
+    # expensive_to_recompute; neither is in the module before its patch.
+    costs = "torch/_inductor/cpp_fusion_costs.py"
+    by_patch = {c.patch.name[:4]: c for c in export.commits}
+    assert "two_step_variance_threshold" in by_patch["0004"].grown[costs]
+    assert "expensive_to_recompute" in by_patch["0007"].grown[costs]
+    before = [c for c in export.commits if c.patch.name[:4] < "0007"]
+    for commit in before:
+        assert "def expensive_to_recompute" not in commit.modules.get(costs, "")
+        assert "expensive_to_recompute" not in commit.available[costs]
 
 
 def test_tests_in_upstream_layout_and_self_contained(export, tmp_path):
-    root = fresh_base(tmp_path / "pytorch", export)
-    run_git(root, "am", "--quiet", *map(str, export.patches))
+    root = applied(export, tmp_path / "pytorch", len(export.patches))
     helper = (root / pr.HELPER_PATH).read_text()
     helper_names = pr.top_level_names(helper)
     assert {"compile_and_inspect", "analyze", "SEED_CONFIG"} <= helper_names
+    assert "OVERLAY_FLAGS" in helper_names and "pytest" not in helper
     for test in pr.TEST_EXPORTS:
         text = (root / test.dest).read_text()
-        ast.parse(text)
+        tree = ast.parse(text)
         assert not re.search(r"^\s*(from|import)\s+(tools|compile_utils)\b", text, re.M)
-        assert "from cpp_loop_nests import" in text
-        assert 'if __name__ == "__main__":' in text
+        assert not re.search(r"^\s*import pytest", text, re.M)
+        assert "from torch._inductor.test_case import run_tests, TestCase" in text
+        assert 'if __name__ == "__main__":\n    run_tests()' in text
+        classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+        assert [ast.unparse(b) for b in classes[0].bases] == ["TestCase"]
+        methods = {n.name for n in classes[0].body if isinstance(n, ast.FunctionDef)}
+        source = (REPO_ROOT / test.source).read_text()
+        wanted = {
+            n.name
+            for n in ast.parse(source).body
+            if isinstance(n, ast.FunctionDef) and n.name.startswith("test")
+        }
+        assert wanted <= methods, test.dest  # every test of ours, in the end
     assert not re.search(r"^\s*(from|import)\s+tools\b", helper, re.M)
-    # Each test file arrives with the last patch of its feature.
-    by_dest = {t.dest: c.patch.name for c in export.commits for t in c.tests}
-    for patch, commit in zip(export.patches, export.commits, strict=True):
-        for rel in files_of(patch):
-            if rel in by_dest:
-                assert by_dest[rel] == commit.patch.name
+
+
+def test_each_commit_carries_the_tests_it_places(export, tmp_path):
+    """A test arrives once, with the commit that places it, and stays."""
+    root = tmp_path / "pytorch"
+    fresh_base(root, export)
+    seen: dict[str, set[str]] = {}
+    for index, commit in enumerate(export.commits):
+        run_git(root, "am", "--quiet", str(export.patches[index]))
+        for dest, names in commit.test_files.items():
+            text = (root / dest).read_text()
+            for name in names:
+                assert f"def {name}(self" in text
+                assert name not in seen.get(dest, set())
+            seen.setdefault(dest, set()).update(names)
+        for dest, names in seen.items():
+            text = (root / dest).read_text()
+            assert all(f"def {n}(self" in text for n in names)
 
 
 def test_exported_tests_run_against_the_helper(export, tmp_path):

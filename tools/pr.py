@@ -39,10 +39,23 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from tools.overlay import OverlayError, pristine_bytes, read_state
+from tools.pr_slice import ModuleSource, SliceError, Slicer, imports_in_text
+from tools.pr_steps import PASSED, SKIPPED, StepCheck, StepRunner, format_checks
+from tools.pr_tests import (
+    TestExportError,
+    closure,
+    convert_marks,
+    drop_absent_flags,
+    flags_set,
+    source_of,
+    test_names,
+    to_upstream,
+)
 from tools.patchset import (
     DEFAULT_OVERLAY_DIR,
     DEFAULT_PATCHES_DIR,
@@ -132,6 +145,11 @@ TEST_EXPORTS = (
         ("cpp_outer_loop_prefetch",),
     ),
 )
+
+
+# Runs the named tests of each test file of a partial tree (tools/pr_steps.py):
+# (commit label, tree, {test file: [test functions]}) -> {file: {test: status}}.
+Runner = Callable[[str, Path, dict[str, list[str]]], dict[str, dict[str, str]]]
 
 
 class ExportError(Exception):
@@ -259,21 +277,6 @@ def modules_named_by(patch: Patch, dep3: Dep3, overlay: dict[str, bytes]) -> lis
     return sorted(named)
 
 
-def with_module_dependencies(
-    paths: Iterable[str], overlay: dict[str, bytes]
-) -> set[str]:
-    """`paths` plus every overlay module they import, transitively."""
-    todo, done = list(paths), set()
-    while todo:
-        rel = todo.pop()
-        if rel in done:
-            continue
-        done.add(rel)
-        lines = overlay[rel].decode("utf-8").splitlines()
-        todo += sorted(imported_paths(rel, lines) & set(overlay) - done)
-    return done
-
-
 def module_stem(rel: str) -> str:
     return Path(rel).stem
 
@@ -282,10 +285,26 @@ def module_stem(rel: str) -> str:
 class PlannedCommit:
     patch: Patch
     dep3: Dep3
-    modules: list[str]  # overlay modules first added by this commit
-    uses: list[str]  # overlay modules this patch names (added here or before)
-    tests: list[TestExport]
-    helper: bool = False  # this commit adds HELPER_PATH
+    uses: list[str]  # overlay modules this patch names (Origin: or import)
+    modules: dict[str, str]  # overlay modules whose state changes here -> text
+    new_modules: list[str]  # ... of which the ones added here
+    grown: dict[str, list[str]]  # module -> top-level names added here
+    available: dict[str, set[str]]  # module -> names defined after this step
+    early: list[str]  # names that arrive before a patch names their module
+    tests: list[TestExport] = dataclasses.field(default_factory=list)
+    test_files: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    helper: bool = False  # this commit adds or changes HELPER_PATH
+    check: StepCheck | None = None
+
+
+def hook_imports(patch: Patch, overlay: dict[str, bytes]) -> dict[str, set[str]]:
+    """{overlay module: names} the added lines of the patch import."""
+    out: dict[str, set[str]] = {}
+    for importer, lines in added_lines_by_file(patch).items():
+        found = imports_in_text(importer, "\n".join(lines), overlay)
+        for rel, names in found.items():
+            out.setdefault(rel, set()).update(names)
+    return out
 
 
 def plan_commits(
@@ -293,19 +312,88 @@ def plan_commits(
     overlay: dict[str, bytes],
     tests: Sequence[TestExport] = TEST_EXPORTS,
 ) -> list[PlannedCommit]:
-    planned: list[PlannedCommit] = []
-    added: set[str] = set()
-    for patch in series.patches:
+    """One commit per patch, each with its overlay modules in their state there.
+
+    A module grows by the definitions the step needs: the names its patch
+    imports, and everything those use, in this module or another of ours
+    (tools/pr_slice.py).  The last patch that names a module (Origin: or an
+    import) completes it, so a module only one patch names lands whole with
+    that patch, and a definition no hook reaches lands with the module's last
+    naming patch.  A name that arrives before any patch names its module is
+    reported in `early`: a module of an earlier feature uses a later one's.
+    """
+    sources = {rel: data.decode("utf-8") for rel, data in overlay.items()}
+    try:
+        slicer = Slicer(sources)
+    except SyntaxError as error:
+        raise ExportError(f"overlay module does not parse: {error}") from error
+    patches = series.patches
+    named: list[list[str]] = []
+    hooks: list[dict[str, set[str]]] = []
+    for patch in patches:
         dep3 = parse_dep3(patch)
-        uses = modules_named_by(patch, dep3, overlay)
-        new = sorted(with_module_dependencies(uses, overlay) - added)
-        added.update(new)
-        planned.append(PlannedCommit(patch, dep3, new, uses, []))
-    unclaimed = sorted(set(overlay) - added)
+        named.append(modules_named_by(patch, dep3, overlay))
+        hooks.append(hook_imports(patch, overlay))
+    owners: dict[str, list[int]] = {rel: [] for rel in overlay}
+    for index, rels in enumerate(named):
+        for rel in rels:
+            owners[rel].append(index)
+    planned: list[PlannedCommit] = []
+    previous: dict[str, str] = {}
+    for index, patch in enumerate(patches):
+        dep3 = parse_dep3(patch)
+        added: list[tuple[str, str, str]] = []
+        try:
+            for rel, names in sorted(hooks[index].items()):
+                added += slicer.add(rel, sorted(names), patch.name)
+            for rel in named[index]:
+                if owners[rel][-1] == index:
+                    added += slicer.add_all(rel, f"{patch.name} (last to name it)")
+        except SliceError as error:
+            raise ExportError(f"{patch.name}: {error}") from error
+        grown: dict[str, list[str]] = {}
+        early = []
+        for rel, name, by in added:
+            grown.setdefault(rel, []).append(name)
+            first_owner = owners[rel][0] if owners[rel] else None
+            if first_owner is None or first_owner > index:
+                later = (
+                    patches[first_owner].name if first_owner is not None else "no patch"
+                )
+                early.append(
+                    f"`{name}` of `{rel}` arrives with {patch.name}, needed by "
+                    f"{by.replace('torch/_inductor/', '')}; {later} is the first "
+                    "to name that module"
+                )
+        states = {rel: slicer.render(rel) for rel in overlay if slicer.has(rel)}
+        changed = {
+            rel: text for rel, text in states.items() if previous.get(rel) != text
+        }
+        planned.append(
+            PlannedCommit(
+                patch=patch,
+                dep3=dep3,
+                uses=named[index],
+                modules=changed,
+                new_modules=sorted(set(changed) - set(previous)),
+                grown=grown,
+                available={
+                    rel: {
+                        name
+                        for i in slicer.included[rel]
+                        for name in slicer.modules[rel].units[i].defines
+                    }
+                    for rel in overlay
+                },
+                early=early,
+            )
+        )
+        previous = states
+    unclaimed = sorted(rel for rel in overlay if not slicer.complete(rel))
     if unclaimed:
         raise ExportError(
-            "overlay modules no patch names (add them to a patch's Origin: line): "
-            + ", ".join(unclaimed)
+            "overlay modules no patch names or completes (add them to a patch's "
+            "Origin: line): " + ", ".join(unclaimed)
         )
     stems = {module_stem(rel) for rel in overlay}
     for test in tests:
@@ -314,17 +402,47 @@ def plan_commits(
             raise ExportError(
                 f"{test.source}: features {unknown} are not overlay modules"
             )
-        owners = [
-            c for c in planned if {module_stem(m) for m in c.uses} & set(test.features)
-        ]
-        if not owners:
+        if not any(
+            {module_stem(m) for m in c.uses} & set(test.features) for c in planned
+        ):
             raise ExportError(f"{test.source}: no patch uses {test.features}")
-        owners[-1].tests.append(test)
-    for commit in planned:
-        if commit.tests:
-            commit.helper = True
-            break
     return planned
+
+
+def ruff_executable() -> str | None:
+    for candidate in (Path(sys.executable).parent, REPO_ROOT / ".venv" / "bin"):
+        if (candidate / "ruff").exists():
+            return str(candidate / "ruff")
+    return shutil.which("ruff")
+
+
+def check_names(rel: str, text: str, label: str) -> None:
+    """A cut module or test file must define every name it uses and import
+    nothing it does not use (ruff F821, F401, F811), where ruff is installed."""
+    ruff = ruff_executable()
+    if ruff is None:
+        return
+    proc = subprocess.run(
+        [
+            ruff, "check", "--no-cache", "--isolated", "--select", "F401,F811,F821",
+            "--output-format", "concise", "--stdin-filename", rel, "-",
+        ],
+        input=text, capture_output=True, text=True,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        found = [line for line in proc.stdout.splitlines() if rel in line]
+        raise ExportError(
+            f"{label}: {rel} as cut there:\n"
+            + "\n".join(found or [proc.stdout + proc.stderr])
+        )
+
+
+def first_step_of(test: TestExport, commits: Sequence[PlannedCommit]) -> int:
+    """The first commit that names one of the modules the test file is about."""
+    for index, commit in enumerate(commits):
+        if {module_stem(m) for m in commit.uses} & set(test.features):
+            return index
+    raise ExportError(f"{test.source}: no patch uses {test.features}")
 
 
 # --------------------------------------------------------------------------
@@ -374,12 +492,19 @@ def _tidy(text: str) -> str:
     return re.sub(r"\n{4,}", "\n\n\n", text).strip("\n") + "\n"
 
 
-def make_helper_module(sources: dict[str, str]) -> str:
-    """test/inductor/cpp_loop_nests.py: tools/loopnest.py + test/compile_utils.py."""
+def make_helper_module(
+    sources: dict[str, str], flags: Sequence[str] = (), absent: Iterable[str] = ()
+) -> str:
+    """test/inductor/cpp_loop_nests.py: tools/loopnest.py + test/compile_utils.py.
+
+    `flags` are the config.cpp switches the series has added at this step
+    (this repo's tools/flags.py lists the final ones) and `absent` the ones
+    it has not added yet, whose `False` entries are dropped."""
     imports: list[str] = []
     rests: list[str] = []
     for name in HELPER_SOURCES:
-        _, statements, rest = _split_module(sources[name])
+        text, _ = drop_absent_flags(sources[name], set(absent))
+        _, statements, rest = _split_module(convert_marks(text))
         imports += [
             s
             for s in statements
@@ -387,6 +512,23 @@ def make_helper_module(sources: dict[str, str]) -> str:
             and not re.match(r"(from|import)\s+(tools|compile_utils)\b", s)
         ]
         rests.append(rest.strip("\n"))
+    flag_lines = "".join(f'    "cpp.{flag}",\n' for flag in flags)
+    rests.insert(
+        0,
+        "# The switches this series adds to torch._inductor.config.cpp (so far).\n"
+        f"OVERLAY_FLAGS: tuple[str, ...] = (\n{flag_lines})\n"
+        "\n\n"
+        "def config_patch(on: bool) -> dict[str, bool]:\n"
+        '    """A config.patch() argument setting every switch of the series."""\n'
+        "    return dict.fromkeys(OVERLAY_FLAGS, on)",
+    )
+    body = "\n\n\n".join(rests)
+    words = set(re.findall(r"\w+", body))
+    imports = [
+        s for s in imports if set(re.findall(r"\w+", s.split(" import ")[-1])) & words
+    ]
+    if "unittest" in words:
+        imports.append("import unittest")
     text = (
         '"""Compile a program on the CPU backend and count the loop nests of its C++.\n'
         "\n"
@@ -398,20 +540,176 @@ def make_helper_module(sources: dict[str, str]) -> str:
         '"""\n'
         "\n"
         "from __future__ import annotations\n"
-        "\n" + _compose_imports(imports) + "\n\n\n" + "\n\n\n".join(rests)
+        "\n" + _compose_imports(imports) + "\n\n\n" + body
     )
     return _tidy(text)
 
 
-_MAIN_BLOCK = """
+def series_flags(commits: Sequence[PlannedCommit]) -> dict[str, int]:
+    """config.cpp switches the patches add -> index of the patch adding it."""
+    out: dict[str, int] = {}
+    for index, commit in enumerate(commits):
+        lines = added_lines_by_file(commit.patch).get("torch/_inductor/config.py", [])
+        for line in lines:
+            if match := re.match(r"^    (\w+)\s*(?::[^=]*)?=", line):
+                out.setdefault(match.group(1), index)
+    return out
 
-if __name__ == "__main__":
-    import sys
 
-    import pytest
+def _signature(source: ModuleSource, units: Iterable[int]) -> str:
+    return "\n".join(ast.dump(source.units[i].node) for i in sorted(units))
 
-    sys.exit(pytest.main([__file__, *sys.argv[1:]]))
-"""
+
+class TestPlacer:
+    """Places each of our test functions in the first commit it can run at.
+
+    A test can run at a commit from the first patch that names a module of
+    its file on, once the overlay names it imports are there and every
+    config switch it turns on exists (an entry that turns off a switch not
+    yet added is dropped).  With a runner, a test that fails there waits for
+    the next commit (the last commit takes every test that is left); without
+    one it is placed at the first commit it can run at.  Each commit carries
+    its tests in that state: the test files are cut to the tests placed so
+    far and what they use, then converted to upstream's TestCase form
+    (tools/pr_tests.py).  A commit's check runs the tests it adds and the
+    tests whose code it changes.
+    """
+
+    def __init__(
+        self,
+        tests: Sequence[TestExport],
+        commits: Sequence[PlannedCommit],
+        overlay: dict[str, bytes],
+        read_source: Callable[[str], str],
+        runner: Runner | None,
+    ):
+        self.tests = list(tests)
+        self.commits = commits
+        self.overlay_files = set(overlay)
+        self.module_names = {
+            rel: set(ModuleSource(rel, data.decode("utf-8")).definers)
+            for rel, data in overlay.items()
+        }
+        self.raw = {t.dest: read_source(t.source) for t in tests}
+        self.helper_sources = {n: read_source(n) for n in HELPER_SOURCES}
+        self.floor = {t.dest: first_step_of(t, commits) for t in tests}
+        self.flag_step = series_flags(commits)
+        self.placed: dict[str, dict[str, int]] = {t.dest: {} for t in tests}
+        self.signature: dict[tuple[str, str], str] = {}
+        self.runner = runner
+        self.files: dict[str, str] = {}  # test files as last written
+        self.helper = ""
+
+    def _blocked(
+        self, test: TestExport, source: ModuleSource, name: str, index: int, absent
+    ) -> str:
+        if index < self.floor[test.dest]:
+            return "before its feature"
+        units, external = closure(source, [name])
+        if flags_set(source, units, absent):
+            return "turns on a switch not yet added"
+        available = self.commits[index].available
+        for module, ref in sorted(external):
+            if not available.get(module):
+                return f"{module} is not there yet"
+            if ref in self.module_names[module] and ref not in available[module]:
+                return f"{ref} is not there yet"
+        return ""
+
+    def _render(self, test: TestExport, source: ModuleSource, names) -> str:
+        units, _ = closure(source, sorted(names))
+        cut = source.render(units)
+        try:
+            text = to_upstream(cut, test.source, test.dest, self.overlay_files)
+        except TestExportError as error:
+            raise ExportError(str(error)) from error
+        check_names(test.dest, text, test.source)
+        return text
+
+    def step(self, index: int, work: Path) -> dict[str, str]:
+        """The test files (and helper) that change at commit `index`.
+
+        Sets the commit's test_files, helper and check."""
+        commit = self.commits[index]
+        last = index == len(self.commits) - 1
+        absent = {f for f, step in self.flag_step.items() if step > index}
+        flags = [f for f, step in self.flag_step.items() if step <= index]
+        sources: dict[str, ModuleSource] = {}
+        candidates: dict[str, list[str]] = {}
+        to_run: dict[str, list[str]] = {}
+        signatures: dict[tuple[str, str], str] = {}
+        for test in self.tests:
+            text, _ = drop_absent_flags(self.raw[test.dest], absent)
+            source = source_of(test.source, text, self.overlay_files)
+            sources[test.dest] = source
+            placed = self.placed[test.dest]
+            new, changed = [], []
+            for name in test_names(source):
+                units, _ = closure(source, [name])
+                signatures[(test.dest, name)] = _signature(source, units)
+                if name in placed:
+                    if (
+                        self.signature[(test.dest, name)]
+                        != signatures[(test.dest, name)]
+                    ):
+                        changed.append(name)
+                elif last or not self._blocked(test, source, name, index, absent):
+                    new.append(name)
+            candidates[test.dest] = new
+            if new or changed:
+                to_run[test.dest] = new + changed
+        results: dict[str, dict[str, str]] = {}
+        trial: dict[str, str] = {}
+        if to_run and self.runner is not None:
+            trial = {
+                HELPER_PATH: make_helper_module(self.helper_sources, flags, absent)
+            }
+            for test in self.tests:
+                names = [*self.placed[test.dest], *candidates[test.dest]]
+                if names:
+                    trial[test.dest] = self._render(test, sources[test.dest], names)
+            write_files(work, {rel: text.encode() for rel, text in trial.items()})
+            started = time.monotonic()
+            results = self.runner(commit.patch.name, work, to_run)
+            commit.check = StepCheck(results, time.monotonic() - started)
+        for dest, names in candidates.items():
+            for name in names:
+                status = results.get(dest, {}).get(name, PASSED)
+                if self.runner is None or last or status in (PASSED, SKIPPED):
+                    self.placed[dest][name] = index
+                elif commit.check is not None:
+                    commit.check.promoted.setdefault(dest, []).append(name)
+                    commit.check.results[dest].pop(name, None)
+        if commit.check is not None:
+            commit.check.results = {d: r for d, r in commit.check.results.items() if r}
+        for key in signatures:
+            if key[1] in self.placed[key[0]]:
+                self.signature[key] = signatures[key]
+        out: dict[str, str] = {}
+        for test in self.tests:
+            if self.placed[test.dest]:
+                text = self._render(test, sources[test.dest], self.placed[test.dest])
+                if self.files.get(test.dest) != text:
+                    out[test.dest] = text
+                    self.files[test.dest] = text
+        commit.test_files = {
+            dest: sorted(n for n, i in self.placed[dest].items() if i == index)
+            for dest in out
+        }
+        commit.tests = [t for t in self.tests if t.dest in out]
+        if out:
+            helper = make_helper_module(self.helper_sources, flags, absent)
+            if helper != self.helper:
+                out[HELPER_PATH] = helper
+                self.helper = helper
+                commit.helper = True
+        for rel in set(trial) - set(out):  # back to what the commit before left
+            previous = self.helper if rel == HELPER_PATH else self.files.get(rel)
+            if previous:
+                (work / rel).write_text(previous)
+            else:
+                (work / rel).unlink()
+        return out
 
 
 def top_level_names(source: str) -> set[str]:
@@ -425,44 +723,6 @@ def top_level_names(source: str) -> set[str]:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
     return names
-
-
-def check_helper_imports(test_text: str, helper: str, name: str) -> None:
-    """Every name the exported test takes from the helper must be defined there."""
-    wanted: set[str] = set()
-    for node in ast.walk(ast.parse(test_text)):
-        if isinstance(node, ast.ImportFrom) and node.module == HELPER_MODULE:
-            wanted.update(alias.name for alias in node.names)
-    missing = sorted(wanted - top_level_names(helper))
-    if missing:
-        raise ExportError(
-            f"{name} imports {missing} from compile_utils, which "
-            f"{' / '.join(HELPER_SOURCES)} do not define"
-        )
-
-
-def export_test(source: str, name: str) -> str:
-    """A test file of ours, importing the helper module instead of this repo's."""
-    text = re.sub(
-        r"^(\s*)from compile_utils import",
-        rf"\1from {HELPER_MODULE} import",
-        source,
-        flags=re.M,
-    )
-    text = re.sub(
-        r"^(\s*)import compile_utils\b",
-        rf"\1import {HELPER_MODULE} as compile_utils",
-        text,
-        flags=re.M,
-    )
-    leftover = re.findall(
-        r"^\s*(?:from|import)\s+(?:tools|conftest)\b.*$", text, flags=re.M
-    )
-    if leftover:
-        raise ExportError(f"{name}: imports that exist only in this repo: {leftover}")
-    if "__main__" not in text:
-        text = text.rstrip("\n") + "\n" + _MAIN_BLOCK
-    return _tidy(text)
 
 
 # --------------------------------------------------------------------------
@@ -527,13 +787,33 @@ def bench_table(rows: list[dict]) -> list[str]:
 # Commit messages and the PR description
 
 
+def _short(rel: str) -> str:
+    return rel.replace("torch/_inductor/", "")
+
+
+def module_notes(commit: PlannedCommit) -> list[str]:
+    """What the commit does to our modules: new ones, grown ones."""
+    notes = []
+    for rel in commit.modules:
+        names = commit.grown.get(rel, [])
+        if rel in commit.new_modules:
+            notes.append(f"adds {_short(rel)}")
+        else:
+            shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+            notes.append(f"extends {_short(rel)} ({shown})")
+    return notes
+
+
 def commit_message(commit: PlannedCommit, bench: dict | None) -> str:
     parts = [commit_subject(commit.dep3.summary), "", commit.dep3.body]
     notes = []
-    if commit.modules:
-        notes.append("New modules: " + ", ".join(commit.modules) + ".")
-    if commit.tests:
-        tests = [t.dest for t in commit.tests]
+    modules = module_notes(commit)
+    if modules:
+        notes.append("Modules: " + "; ".join(modules) + ".")
+    if commit.test_files:
+        tests = []
+        for dest, names in commit.test_files.items():
+            tests.append(f"{dest} ({len(names)} new)" if names else f"{dest} (updated)")
         if commit.helper:
             tests.append(f"{HELPER_PATH} (helpers)")
         notes.append("Tests: " + ", ".join(tests) + ".")
@@ -578,6 +858,12 @@ def pr_description(
         first_paragraph = commit.dep3.body.split("\n\n", 1)[0]
         out += [f"{i}. **{commit_subject(commit.dep3.summary)}**", ""]
         out += ["   " + line if line else "" for line in first_paragraph.splitlines()]
+        extra = module_notes(commit)
+        added = sum(len(n) for n in commit.test_files.values())
+        if added:
+            extra.append(f"{added} test(s)")
+        if extra:
+            out += ["", "   " + "; ".join(extra) + "."]
         out.append("")
     out += ["## Measured results", ""]
     if bench is None:
@@ -594,33 +880,75 @@ def pr_description(
             *bench_table(bench["rows"]),
         ]
     out += ["", "## Tests", ""]
+    dests: dict[str, list[tuple[str, int]]] = {}
     for commit in commits:
-        for test in commit.tests:
-            out.append(f'- `{test.dest}` (in "{commit_subject(commit.dep3.summary)}")')
+        for dest, names in commit.test_files.items():
+            dests.setdefault(dest, []).append((commit.patch.name[:4], len(names)))
+    for dest, steps in dests.items():
+        where = ", ".join(f"{n} in {p}" for p, n in steps if n)
+        out.append(f"- `{dest}`: {where}")
     out += [
         f"- `{HELPER_PATH}`: helpers the tests share, generated from the overlay",
         "  repo's test/compile_utils.py and tools/loopnest.py (compile, compare with",
-        "  eager, count the outer loop nests of each C++ kernel).",
+        "  eager, count the outer loop nests of each C++ kernel); its",
+        "  `OVERLAY_FLAGS` lists the switches the series has added at that commit.",
         "",
-        "The tests are pytest functions (run them with `pytest test/inductor/...` or",
-        "`python test/inductor/<file>.py`); they are not yet `TestCase` classes with",
-        "`run_tests()` as upstream's inductor tests are.",
+        "Each file holds one `torch._inductor.test_case.TestCase` class; run it",
+        "with `python test/inductor/<file>.py` or pytest. Each commit carries the",
+        "tests that pass from that commit on, in their state there.",
         "",
     ]
+    step_rows = [(c.patch.name[:4], c.check) for c in commits]
+    if any(check is not None for _, check in step_rows):
+        out += [
+            "### Step by step",
+            "",
+            "Each commit applied to the partial v2.13.0 tree over a pristine torch",
+            "2.13.0, then the tests it adds or changes run there:",
+            "",
+            *format_checks(step_rows),
+            "",
+        ]
+        waited = [
+            f"- {c.patch.name[:4]}: "
+            + ", ".join(n for ns in c.check.promoted.values() for n in ns)
+            for c in commits
+            if c.check is not None and c.check.promoted
+        ]
+        if waited:
+            out += [
+                "Tests that failed at the first commit they could run at and "
+                "moved on (they need a later commit):",
+                "",
+                *waited,
+                "",
+            ]
     if upstream_tests:
         out += ["### Upstream tests, stock vs patched", "", upstream_tests.strip(), ""]
     out += ["## Notes on the export", ""]
-    later_users: dict[str, list[str]] = {}
-    for commit in commits:
-        for rel in commit.uses:
-            later_users.setdefault(rel, []).append(commit.patch.name)
-    for commit in commits:
-        for rel in commit.modules:
-            users = [u for u in later_users.get(rel, []) if u != commit.patch.name]
-            line = f"- `{rel}` lands whole in {commit.patch.name}"
-            if users:
-                line += f"; {', '.join(users)} use later parts of it"
-            out.append(line + ".")
+    grown = [
+        f"- `{rel}`: "
+        + ", ".join(c.patch.name[:4] for c in commits if rel in c.modules)
+        for rel in sorted({rel for c in commits for rel in c.modules})
+        if sum(rel in c.modules for c in commits) > 1
+    ]
+    if grown:
+        out += [
+            "Modules that grow over several commits (each commit adds the",
+            "definitions its patch and modules import):",
+            "",
+            *grown,
+            "",
+        ]
+    early = [line for c in commits for line in c.early]
+    if early:
+        out += [
+            "Layering: names that arrive before any patch names their module "
+            "(a module of an earlier feature uses them):",
+            "",
+            *[f"- {line}" for line in early],
+            "",
+        ]
     if rebase_status:
         out += ["", REBASE_STATUS_HEADING, "", rebase_status.strip()]
     out += ["", "## Checks", ""] + [f"- {c}" for c in checks]
@@ -847,21 +1175,24 @@ def export_series(
     identity: tuple[str, str] | None = None,
     date: str | None = None,
     check: bool = True,
+    runner: Runner | None = None,
+    tests: Sequence[TestExport] = TEST_EXPORTS,
 ) -> Export:
+    """Export the series; with `runner`, check each commit's tests at it."""
     series = load_series(patches_dir)
     overlay = load_overlay_files(overlay_dir)
-    commits = plan_commits(series, overlay)
+    commits = plan_commits(series, overlay, tests)
     base = read_pristine_files(
         series, default_base_roots() if base_roots is None else base_roots
     )
     bench = load_bench(bench_path)
     env = git_env(identity or repo_identity(), date or repo_date())
-    helper = make_helper_module({name: read_source(name) for name in HELPER_SOURCES})
+    placer = TestPlacer(tests, commits, overlay, read_source, runner)
 
     with tempfile.TemporaryDirectory(prefix="fusion-overlay-pr-") as tmp:
         work = Path(tmp) / "pytorch"
         base_commit = commit_base(work, base, env)
-        for commit in commits:
+        for index, commit in enumerate(commits):
             proc = git(
                 work,
                 "apply", "--index", "--whitespace=nowarn", str(commit.patch.path),
@@ -872,20 +1203,22 @@ def export_series(
                     f"{commit.patch.name} does not apply to {UPSTREAM_REF} "
                     f"+ the patches before it:\n{proc.stderr.strip()}"
                 )
-            files = {rel: overlay[rel] for rel in commit.modules}
-            for test in commit.tests:
-                text = export_test(read_source(test.source), test.source)
-                check_helper_imports(text, helper, test.source)
-                files[test.dest] = text.encode()
-            if commit.helper:
-                files[HELPER_PATH] = helper.encode()
+            for rel, text in commit.modules.items():
+                check_names(rel, text, commit.patch.name)
+            files = {rel: text.encode() for rel, text in commit.modules.items()}
             write_files(work, files)
-            if files:
-                git(work, "add", "--", *sorted(files), env=env)
+            files.update(
+                (rel, text.encode()) for rel, text in placer.step(index, work).items()
+            )
+            write_files(work, files)
+            git(work, "add", "--all", "--", ".", env=env)
             git(
                 work, "commit", "--quiet", "-F", "-",
                 env=env, input=commit_message(commit, bench),
             )  # fmt: skip
+        for rel, data in overlay.items():
+            if (work / rel).read_bytes() != data:
+                raise ExportError(f"the last commit's {rel} is not overlay/{rel}")
         final_tree = git(work, "rev-parse", "HEAD^{tree}", env=env).stdout.strip()
 
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -908,11 +1241,28 @@ def export_series(
             f"`git am` of the {len(patches)} patches on a fresh partial "
             f"{UPSTREAM_REF} tree: applies, same final tree ({final_tree[:12]})"
         )
+    if runner is not None:
+        export.checks.append(step_check_line(commits))
     summary = (
         upstream_test_summary.read_text() if upstream_test_summary.is_file() else None
     )
     write_description(export, bench, summary)
     return export
+
+
+def step_check_line(commits: Sequence[PlannedCommit]) -> str:
+    checks = [(c.patch.name[:4], c.check) for c in commits if c.check is not None]
+    run = sum(len(t) for _, check in checks for t in check.results.values())
+    red = [name for name, check in checks if not check.green]
+    line = (
+        f"step by step: {len(checks)} of {len(commits)} commits add or change "
+        f"tests; {run} test functions ran at the commit that carries them"
+    )
+    return line + (f"; FAILED at {', '.join(red)}" if red else ", all passed")
+
+
+def steps_green(export: Export) -> bool:
+    return all(c.check is None or c.check.green for c in export.commits)
 
 
 def write_description(export: Export, bench: dict | None, summary: str | None) -> None:
@@ -1093,6 +1443,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--bench", type=Path, default=DEFAULT_BENCH)
     parser.add_argument(
+        "--no-step-checks",
+        action="store_true",
+        help="do not run each commit's tests at that commit (tests then land "
+        "at the first commit they can import and configure at, unchecked)",
+    )
+    parser.add_argument(
         "--rev",
         default=None,
         help="export patches/, overlay/ and the tests as committed at REV "
@@ -1101,7 +1457,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _export_from(args: argparse.Namespace, tmp: Path) -> Export:
+def make_runner(args: argparse.Namespace) -> StepRunner | None:
+    if args.no_step_checks:
+        return None
+    roots = args.base_from or default_base_roots()
+    if not roots:
+        raise ExportError("no stock torch 2.13.0 to run the step checks on")
+    return StepRunner(roots[0])
+
+
+def _export_from(
+    args: argparse.Namespace, tmp: Path, runner: StepRunner | None = None
+) -> Export:
     if args.rev is None:
         dirty = uncommitted_sources()
         if dirty:
@@ -1110,7 +1477,9 @@ def _export_from(args: argparse.Namespace, tmp: Path) -> Export:
                 "committed state): " + ", ".join(dirty),
                 file=sys.stderr,
             )
-        return export_series(args.out, base_roots=args.base_from, bench_path=args.bench)
+        return export_series(
+            args.out, base_roots=args.base_from, bench_path=args.bench, runner=runner
+        )
     root = checkout_rev(args.rev, tmp)
     return export_series(
         args.out,
@@ -1119,6 +1488,7 @@ def _export_from(args: argparse.Namespace, tmp: Path) -> Export:
         base_roots=args.base_from,
         bench_path=args.bench,
         read_source=lambda rel: (root / rel).read_text(),
+        runner=runner,
     )
 
 
@@ -1131,14 +1501,19 @@ def main(argv: list[str] | None = None) -> int:
         print("error: git is needed", file=sys.stderr)
         return 2
     try:
-        with tempfile.TemporaryDirectory(prefix="fusion-overlay-rev-") as tmp:
-            export = _export_from(args, Path(tmp))
+        runner = make_runner(args)
+        try:
+            with tempfile.TemporaryDirectory(prefix="fusion-overlay-rev-") as tmp:
+                export = _export_from(args, Path(tmp), runner)
+        finally:
+            if runner is not None:
+                runner.close()
         print(f"wrote {len(export.patches)} patches to {export.out_dir}:")
         for patch in export.patches:
             print(f"  {patch.name}")
         for line in export.checks:
             print(f"check: {line}")
-        code = 0
+        code = 0 if steps_green(export) else 1
         if args.pytorch_src:
             src = Path(args.pytorch_src)
             if not (src / "torch").is_dir():
@@ -1161,7 +1536,7 @@ def main(argv: list[str] | None = None) -> int:
                 if DEFAULT_UPSTREAM_TEST_SUMMARY.is_file()
                 else None,
             )
-            code = 0 if clean else 1
+            code = code if clean else 1
         print(f"description: {export.out_dir / PR_DESCRIPTION}")
         return code
     except (ExportError, SeriesError) as error:
