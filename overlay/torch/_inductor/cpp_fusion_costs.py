@@ -35,6 +35,31 @@ ROW_WORTH_TWO_STEPS = 2048
 STRIDED_ACCESS_STAYS_CACHED = 256 * 1024
 
 
+def strided_inner_bytes(node, count_cached: bool = True) -> int:
+    """Bytes of the node's accesses that are strided along its innermost loop.
+
+    The C++ backend vectorizes the innermost loop; an access whose stride
+    there is neither 0 nor 1 becomes a gather or scatter, or walks rows
+    across pages.  Without ``count_cached``, accesses to a buffer small
+    enough to stay in cache (``STRIDED_ACCESS_STAYS_CACHED``), which move no
+    extra memory, are not counted.
+    """
+    from .dependencies import MemoryDep
+    from .virtualized import V
+
+    total = 0
+    for dep in node.read_writes.reads_and_writes():
+        if not isinstance(dep, MemoryDep) or not dep.var_names:
+            continue
+        inner = dep.var_names[-1]
+        stride = V.graph.sizevars.stride_hints(dep.index, [inner])[0]
+        size = node.scheduler.dep_size_hint(dep)
+        cached = size <= STRIDED_ACCESS_STAYS_CACHED
+        if stride not in (0, 1) and (count_cached or not cached):
+            total += size
+    return total
+
+
 def two_step_variance_threshold(
     stock_threshold: int, reduction_numel, outer_numel
 ) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from . import config
-from .cpp_fusion_costs import STRIDED_ACCESS_STAYS_CACHED
+from .cpp_fusion_costs import strided_inner_bytes
 
 
 loop_ordering_log = torch._logging.getArtifactLogger(__name__, "loop_ordering")
@@ -331,31 +331,6 @@ def refresh_group_after_reorder(node) -> None:
         node.group = max(node.snodes, key=lambda n: int(n.is_reduction())).group
     else:
         _recompute_group(node)
-
-
-def strided_inner_bytes(node, count_cached: bool = True) -> int:
-    """Bytes of the node's accesses that are strided along its innermost loop.
-
-    The C++ backend vectorizes the innermost loop; an access whose stride
-    there is neither 0 nor 1 becomes a gather or scatter, or walks rows
-    across pages.  Without ``count_cached``, accesses to a buffer small
-    enough to stay in cache (``STRIDED_ACCESS_STAYS_CACHED``), which move no
-    extra memory, are not counted.
-    """
-    from .dependencies import MemoryDep
-    from .virtualized import V
-
-    total = 0
-    for dep in node.read_writes.reads_and_writes():
-        if not isinstance(dep, MemoryDep) or not dep.var_names:
-            continue
-        inner = dep.var_names[-1]
-        stride = V.graph.sizevars.stride_hints(dep.index, [inner])[0]
-        size = node.scheduler.dep_size_hint(dep)
-        cached = size <= STRIDED_ACCESS_STAYS_CACHED
-        if stride not in (0, 1) and (count_cached or not cached):
-            total += size
-    return total
 
 
 def reorder_is_worthwhile(node, new_order) -> bool:

@@ -167,7 +167,7 @@ def _reduces_across_strided_memory(producer: BaseSchedulerNode) -> bool:
     kernels into that tiled outer loop made the ConvNeXt-style LayerNorm
     1.17-1.25x slower than stock's separate loop nests.
     """
-    from ..cpp_loop_ordering import strided_inner_bytes
+    from ..cpp_fusion_costs import strided_inner_bytes
 
     return any(
         strided_inner_bytes(sn) > 0
