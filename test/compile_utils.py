@@ -15,7 +15,7 @@ import torch
 from torch._inductor import config, cpu_vec_isa, metrics
 from torch._inductor.utils import run_and_get_cpp_code
 
-from tools.flags import CONFIG_KEYS, FLAGS, config_patch
+from tools.flags import config_patch, shipped_config
 from tools.loopnest import analyze
 
 
@@ -108,7 +108,7 @@ def compile_and_run(
 
 
 # The overlay as shipped: every flag at its default.
-SHIPPED_DEFAULTS = {key: flag.default for key, flag in zip(CONFIG_KEYS, FLAGS)}
+SHIPPED_DEFAULTS = shipped_config()
 LOOP_ORDERING_OFF = {"cpp.loop_ordering_after_fusion": False}
 
 

@@ -425,3 +425,11 @@ def test_bench_table_prefers_the_best_times():
     assert "ms (best)" in table[0] and "| 1.25 | 1.25 | 1.25 |" in table[2]
     del row["eager_min_ms"]
     assert "ms (median)" in pr.bench_table([row])[0]
+
+
+def test_exported_helper_ships_every_switch_on():
+    # The exported cpp_loop_nests.py defines shipped_config() as every
+    # switch on; that holds while every flag of tools/flags.py defaults on.
+    from tools.flags import FLAGS
+
+    assert all(flag.default for flag in FLAGS), [f.name for f in FLAGS if not f.default]

@@ -39,11 +39,11 @@ VARIANTS = ("stock", "lof_off", "shipped")
 
 
 def variant_config(variant: str) -> dict[str, bool]:
-    from tools.flags import CONFIG_KEYS, FLAGS, config_patch
+    from tools.flags import config_patch, shipped_config
 
     if variant == "stock":
         return config_patch(False)
-    shipped = {key: flag.default for key, flag in zip(CONFIG_KEYS, FLAGS)}
+    shipped = shipped_config()
     if variant == "lof_off":
         shipped["cpp.loop_ordering_after_fusion"] = False
     return shipped

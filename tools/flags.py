@@ -40,5 +40,10 @@ def config_patch(on: bool) -> dict[str, bool]:
     return dict.fromkeys(CONFIG_KEYS, on)
 
 
+def shipped_config() -> dict[str, bool]:
+    """A torch._inductor.config.patch() argument: every flag at its default."""
+    return {key: flag.default for key, flag in zip(CONFIG_KEYS, FLAGS)}
+
+
 def env_all_off() -> dict[str, str]:
     return dict.fromkeys(ENV_VARS, "0")

@@ -520,7 +520,11 @@ def make_helper_module(
         "\n\n"
         "def config_patch(on: bool) -> dict[str, bool]:\n"
         '    """A config.patch() argument setting every switch of the series."""\n'
-        "    return dict.fromkeys(OVERLAY_FLAGS, on)",
+        "    return dict.fromkeys(OVERLAY_FLAGS, on)\n"
+        "\n\n"
+        "def shipped_config() -> dict[str, bool]:\n"
+        '    """Every switch at its default: the series turns each on."""\n'
+        "    return config_patch(True)",
     )
     body = "\n\n\n".join(rests)
     words = set(re.findall(r"\w+", body))
