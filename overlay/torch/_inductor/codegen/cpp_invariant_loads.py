@@ -36,7 +36,6 @@ from weakref import WeakKeyDictionary
 
 import sympy
 
-from .. import config
 from ..utils import IndentedBuffer
 from ..virtualized import V
 from .common import DeferredLine, InplacedBuffer
@@ -191,18 +190,3 @@ def memory_of_buffer(args, name: str) -> str:
     inplaced = args.inplace_buffers.get(name)
     return inplaced.inner_name if isinstance(inplaced, InplacedBuffer) else name
 
-
-def memory_of(args, pointer: str) -> str:
-    """The in-place buffer a pointer aliases (``auto out_ptr0 = in_out_ptr0;``),
-    or the pointer itself."""
-    for inplaced in args.inplace_buffers.values():
-        inner = getattr(inplaced, "inner_name", None)
-        if inner is None:
-            continue  # a removed argument
-        if pointer == inner:
-            return inner
-        for other in inplaced.other_names:
-            names = (args.input_buffers.get(other), args.output_buffers.get(other))
-            if pointer in names:
-                return inner
-    return pointer
