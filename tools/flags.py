@@ -25,6 +25,8 @@ FLAGS = (
     _flag("loop_ordering_after_fusion", False),
     _flag("outer_loop_local_buffer_check", True),
     _flag("outer_loop_regroup", True),
+    _flag("outer_block_fusion", True),
+    _flag("block_local_buffers", True),
     _flag("multi_accumulator_reductions", True),
     _flag("hoist_invariant_loads", True),
     _flag("streaming_stores", True),
