@@ -14,17 +14,17 @@ from __future__ import annotations
 import re
 import types
 
+import pytest
+import sympy
 import torch
 from torch._inductor.codegen.common import InplacedBuffer, KernelArgs
-from torch._inductor.codegen.cpp_invariant_loads import (
-    _is_invariant,
-    _rewrite_loads,
-    _written_memory,
-)
+import torch._inductor.codegen.cpp_invariant_loads as invariant
 from torch._inductor.utils import IndentedBuffer
+from torch._inductor.virtualized import V
 
 from compile_utils import compile_shipped_and_inspect
 
+X0, X1 = sympy.symbols("x0 x1", integer=True, nonnegative=True)
 HOIST_OFF = {"cpp.hoist_invariant_loads": False}
 # a scalar load indexed by the outer loop only
 PER_ROW_LOAD = re.compile(r"auto tmp\d+ = \w+\[static_cast<int64_t>\(x0\)\];")
@@ -65,58 +65,78 @@ def test_bfloat16_rows_with_a_tail():
     assert "invariant" in on.code
 
 
-def _kernel(loads: list[str], stores: list[str], args: KernelArgs | None = None):
-    kernel = types.SimpleNamespace(
-        loads=IndentedBuffer(), stores=IndentedBuffer(), args=args or KernelArgs()
+class _Kernel(types.SimpleNamespace):
+    """The parts of a CppKernel the plan reads (weakly referenced, as kernels are)."""
+
+    __hash__ = object.__hash__
+
+
+def _kernel(stores: set[str], args: KernelArgs | None = None):
+    return _Kernel(
+        args=args or KernelArgs(),
+        itervars=[X0, X1],
+        loads=IndentedBuffer(),
+        store_buffer_names=stores,
     )
-    kernel.loads.writelines(loads)
-    kernel.stores.writelines(stores)
-    return kernel
 
 
-def _hoist(kernel, inner_var="x1"):
-    preamble: list[str] = []
-    written = _written_memory([kernel])
-    _rewrite_loads(kernel, inner_var, written, {}, preamble)
-    return preamble
-
-
-def test_load_is_moved_and_read_from_the_local_copy():
-    kernel = _kernel(
-        ["auto tmp1 = out_ptr1[static_cast<int64_t>(x0)];"],
-        ["tmp2.store(out_ptr2 + static_cast<int64_t>(x1 + 8L*x0));"],
+def _candidate(kernel, name: str, index: sympy.Expr):
+    candidate = invariant._Candidate(
+        kernel.loads, name, index, f"{name}[{index}]"
     )
-    assert _hoist(kernel) == ["auto invariant0 = out_ptr1[static_cast<int64_t>(x0)];"]
-    assert kernel.loads.getvalue().strip() == "auto tmp1 = invariant0;"
+    invariant._candidates[kernel] = [candidate]
+    return candidate
 
 
-def test_memory_the_kernel_writes_is_not_moved():
-    kernel = _kernel(
-        ["auto tmp1 = in_out_ptr0[static_cast<int64_t>(x0)];"],
-        ["in_out_ptr0[static_cast<int64_t>(x1 + 8L*x0)] = tmp3;"],
+@pytest.fixture
+def no_graph():
+    graph = types.SimpleNamespace(
+        scheduler=None, removed_buffers=set(), inplaced_to_remove=set()
     )
-    assert _hoist(kernel) == []
+    with V.set_graph_handler(graph):
+        yield
 
 
-def test_memory_written_through_an_in_place_alias_is_not_moved():
+def _inner_loop(var=X1):
+    return types.SimpleNamespace(var=var)
+
+
+def test_load_is_moved_and_read_from_the_local_copy(no_graph):
+    kernel = _kernel(stores={"buf2"})
+    candidate = _candidate(kernel, "buf1", X0)
+    hoisted = invariant._plan([kernel], _inner_loop())
+    assert hoisted.getvalue().strip() == "auto invariant0 = buf1[x0];"
+    line = invariant.InvariantLoadLine("buf1", "auto tmp1 = buf1[x0];", candidate)
+    assert line() == "auto tmp1 = invariant0;"
+
+
+def test_memory_the_kernel_writes_is_not_moved(no_graph):
+    kernel = _kernel(stores={"buf1"})
+    candidate = _candidate(kernel, "buf1", X0)
+    assert not invariant._plan([kernel], _inner_loop()).getvalue()
+    assert candidate.local is None
+
+
+def test_memory_written_through_an_in_place_alias_is_not_moved(no_graph):
     # buf0 was loaded as out_ptr0 before buf1 was made to reuse its memory
-    # (in_out_ptr0): the store to in_out_ptr0 writes what out_ptr0 reads.
+    # (in_out_ptr0): the kernel's store to buf1 writes what the load reads.
     args = KernelArgs()
     args.output_buffers["buf0"] = "out_ptr0"
     args.inplace_buffers["buf0"] = args.inplace_buffers["buf1"] = InplacedBuffer(
         "in_out_ptr0", ["buf0", "buf1"]
     )
-    kernel = _kernel(
-        ["auto tmp1 = out_ptr0[static_cast<int64_t>(x0)];"],
-        ["in_out_ptr0[static_cast<int64_t>(x1 + 8L*x0)] = tmp3;"],
-        args,
-    )
-    assert _hoist(kernel) == []
+    kernel = _kernel(stores={"buf1"}, args=args)
+    _candidate(kernel, "buf0", X0)
+    assert not invariant._plan([kernel], _inner_loop()).getvalue()
 
 
-def test_index_must_not_use_the_inner_variable_or_a_computed_value():
-    assert _is_invariant("static_cast<int64_t>(x1 + 8L*x0)", "x2")
-    assert _is_invariant("static_cast<int64_t>(ks0*x0)", "x1")
-    assert not _is_invariant("static_cast<int64_t>(x1 + 8L*x0)", "x1")
-    assert not _is_invariant("static_cast<int64_t>(tmp3)", "x1")
-    assert not _is_invariant("static_cast<int64_t>(x1_tail)", "x2")
+def test_index_must_not_use_the_inner_variable_or_a_computed_value(no_graph):
+    kernel = _kernel(stores=set())
+    _candidate(kernel, "buf1", X1 + 8 * X0)
+    assert not invariant._plan([kernel], _inner_loop(X1)).getvalue()
+    assert invariant._plan([kernel], _inner_loop(sympy.Symbol("x2"))).getvalue()
+    kernel.args.sizevars[sympy.Symbol("s0")] = "ks0"
+    names_only = invariant.names_only_loops_and_sizes
+    assert names_only(kernel, sympy.Symbol("ks0") * X0)
+    assert not names_only(kernel, sympy.Symbol("tmp3"))  # an indirect index
+    assert not names_only(kernel, sympy.Symbol("x1_tail"))

@@ -194,7 +194,7 @@ def test_flag_off_keeps_stock_loops():
     x = torch.randn(8, 16, 784)
     off = compile_and_inspect(
         lambda x: torch.softmax(x, 1), (x,),
-        extra_config={"cpp.outer_loop_fusion_retile": False},
+        extra_config={"cpp.outer_block_fusion": False},
     )  # fmt: skip
     assert off.nests == [4]
 

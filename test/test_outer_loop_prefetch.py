@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import sympy
 import torch
 import torch.nn.functional as F
 import torch._inductor.codegen.cpp_streaming_stores as streaming
@@ -21,7 +22,8 @@ from compile_utils import (
     requires_vectors,
     vector_lanes,
 )
-from torch._inductor.codegen.cpp_outer_loop_prefetch import _coefficient
+from torch._inductor.codegen.cpp_outer_loop_prefetch import static_stride
+from torch.utils._sympy.functions import ModularIndexing
 
 PREFETCH_OFF = {"cpp.outer_loop_prefetch": False}
 PREFETCH = re.compile(
@@ -102,12 +104,13 @@ def test_symbolic_row_length_is_not_prefetched(cache_of):
 
 
 def test_only_affine_indices_with_a_static_stride():
-    assert _coefficient("x2 + 3136L*x1 + 25088L*x0", "x0") == 25088
-    assert _coefficient("x1 + 1024L*x0", "x1") == 1
-    assert _coefficient("x1 + 7L", "x0") == 0
-    assert _coefficient("x1 + 1024L*ks0*x0", "x0") == 0
-    modular = "x1 + 8L*((static_cast<int64_t>(x0) % static_cast<int64_t>(32L)))"
-    assert _coefficient(modular, "x0") == 0
+    x0, x1, x2, ks0 = sympy.symbols("x0 x1 x2 ks0", integer=True, nonnegative=True)
+    loops = [x0, x1, x2]
+    assert static_stride(x2 + 3136 * x1 + 25088 * x0, x0, loops) == 25088
+    assert static_stride(x1 + 1024 * x0, x1, loops) == 1
+    assert static_stride(x1 + 7, x0, loops) == 0
+    assert static_stride(x1 + 1024 * ks0 * x0, x0, loops) == 0  # a symbolic stride
+    assert static_stride(x1 + 8 * ModularIndexing(x0, 1, 32), x0, loops) == 0
 
 
 @requires_vectors

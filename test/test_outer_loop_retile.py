@@ -222,6 +222,26 @@ def test_no_local_buffer_under_a_vector_tiled_outer_loop():
     assert "local_buffer" not in patched.code
 
 
+@requires_vectors
+def test_the_local_buffer_check_needs_no_retiling():
+    # cpp.outer_loop_local_buffer_check alone: the attempt is dropped and
+    # stock's fallback (separate loop nests) matches eager
+    torch.manual_seed(0)
+    args = (
+        torch.randn(4, 8, 64) * 0.1,
+        torch.randn(4, 8) * 0.1,
+        torch.randn(8) * 0.1,
+        torch.zeros(8),
+    )
+    only_the_check = compile_and_inspect(
+        _stacked_terms,
+        args,
+        overlay=False,
+        extra_config={"cpp.outer_loop_local_buffer_check": True},
+    )
+    assert "local_buffer" not in only_the_check.code
+
+
 def test_groupnorm_dynamic_shapes_compile_and_stay_unsplit():
     # Symbolic ranges have no order (shared outer levels are found by
     # equality) and are never split: exact splits need static sizes.

@@ -9,12 +9,15 @@ with eager, which stores are streamed, and the guards.
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 import torch._inductor.codegen.cpp_streaming_stores as streaming
 from compile_utils import compile_shipped_and_inspect, requires_vectors, vector_lanes
-from torch._inductor.codegen.common import KernelArgs
+from torch._inductor.codegen.common import InplacedBuffer, KernelArgs
 from torch._inductor.utils import IndentedBuffer
+from torch._inductor.virtualized import V
 
 STREAMED = "stream_store_f32(out_ptr"
 ONE_THREAD = {"cpp.threads": 1}
@@ -68,20 +71,6 @@ def test_each_thread_fences_its_streaming_stores(cache_of):
     assert on.code.count("stream_fence();") == 2
 
 
-def test_parallel_region_without_braces_is_not_streamed():
-    loop = _lines("#pragma omp parallel for", "for(int64_t x0=0; x0<8; ++x0)", "{", "}")
-    assert streaming._fence_parallel_regions(loop) is None
-    region = _lines("#pragma omp parallel", "{", "int tid = 0;", "}")
-    fenced = streaming._fence_parallel_regions(region)
-    assert [streaming.line_text(line) for line in fenced] == [
-        "#pragma omp parallel",
-        "{",
-        "int tid = 0;",
-        "    stream_fence();",
-        "}",
-    ]
-
-
 @requires_vectors
 def test_tail_stores_and_bfloat16_outputs_store_as_before(cache_of):
     cache_of(1 << 20)
@@ -107,22 +96,28 @@ def test_scalar_kernels_store_as_before(cache_of):
     assert "Vectorized" not in on.code
     assert on.kernels == off.kernels
 
-def _lines(*texts: str) -> list[str]:
-    buffer = IndentedBuffer()
-    buffer.writelines(texts)
-    return buffer._lines
-
-
 @pytest.fixture
 def large_float_buffers(monkeypatch):
     monkeypatch.setattr(streaming, "buffer_bytes", lambda name: 64 << 20)
     monkeypatch.setattr(streaming, "_dtype", lambda name: torch.float32)
-    args = KernelArgs()
-    args.output_buffers["buf0"] = "out_ptr0"
-    return args
+    graph = types.SimpleNamespace(
+        scheduler=None, removed_buffers=set(), inplaced_to_remove=set()
+    )
+    with V.set_graph_handler(graph):
+        yield
 
 
-STORE = "tmp3.store(out_ptr0 + static_cast<int64_t>(x1 + 64L*x0));"
+def _group(*nodes_reads: set[str]):
+    """A kernel group whose nodes read the given buffers."""
+    nodes = [
+        types.SimpleNamespace(
+            read_writes=types.SimpleNamespace(
+                reads=[types.SimpleNamespace(name=n) for n in reads]
+            )
+        )
+        for reads in nodes_reads
+    ]
+    return types.SimpleNamespace(args=KernelArgs(), scheduled_nodes=nodes)
 
 
 def test_cache_size_can_be_set(monkeypatch):
@@ -135,13 +130,47 @@ def test_cache_size_can_be_set(monkeypatch):
 
 
 def test_output_the_kernel_reads_back_is_not_streamed(large_float_buffers):
-    args = large_float_buffers
-    assert streaming._streamable_pointers(args, _lines(STORE)) == {"out_ptr0"}
-    read_back = "auto tmp5 = at::vec::Vectorized<float>::loadu(out_ptr0 + x0, 16);"
-    assert streaming._streamable_pointers(args, _lines(STORE, read_back)) == set()
+    assert streaming._streamable_buffers(_group({"arg0_1"}), {"buf0"}) == {"buf0"}
+    read_back = _group({"arg0_1"}, {"buf0"})
+    assert streaming._streamable_buffers(read_back, {"buf0"}) == set()
+
+
+def test_output_read_through_an_in_place_alias_is_not_streamed(large_float_buffers):
+    # buf1 reuses buf0's memory (in_out_ptr0): a read of buf0 reads buf1
+    group = _group({"buf0"})
+    group.args.inplace_buffers["buf0"] = group.args.inplace_buffers["buf1"] = (
+        InplacedBuffer("in_out_ptr0", ["buf0", "buf1"])
+    )
+    assert streaming._streamable_buffers(group, {"buf1"}) == set()
 
 
 def test_small_output_is_not_streamed(large_float_buffers, monkeypatch, cache_of):
     cache_of(32 << 20)  # outputs under 1 MiB stay in cache
     monkeypatch.setattr(streaming, "buffer_bytes", lambda name: 64 << 10)
-    assert streaming._streamable_pointers(large_float_buffers, _lines(STORE)) == set()
+    assert streaming._streamable_buffers(_group(set()), {"buf0"}) == set()
+
+
+def test_a_store_line_streams_only_once_planned():
+    store = streaming._Store(
+        "buf0",
+        store="tmp3.store(out_ptr0 + static_cast<int64_t>(x0));",
+        stream="stream_store_f32(out_ptr0 + static_cast<int64_t>(x0), tmp3);",
+    )
+    buffer = IndentedBuffer()
+    with buffer.indent():
+        buffer.writeline(streaming.StreamStoreLine("buf0", store.store, store))
+    graph = types.SimpleNamespace(removed_buffers=set(), inplaced_to_remove=set())
+    with V.set_graph_handler(graph):
+        assert buffer.getvalue() == "    " + store.store + "\n"
+        store.streamed = True
+        assert buffer.getvalue() == "    " + store.stream + "\n"
+
+
+def test_isas_without_non_temporal_stores_do_not_stream():
+    from torch._inductor import cpu_vec_isa
+
+    assert streaming.has_streaming_stores(cpu_vec_isa.VecAVX2())
+    assert streaming.has_streaming_stores(cpu_vec_isa.VecAVX512())
+    assert not streaming.has_streaming_stores(cpu_vec_isa.VecNEON())
+    assert not streaming.has_streaming_stores(cpu_vec_isa.VecSVE())
+    assert not streaming.has_streaming_stores(cpu_vec_isa.invalid_vec_isa)

@@ -23,6 +23,13 @@ def _flag(name: str, default: bool) -> Flag:
 FLAGS = (
     Flag("outer_loop_fusion_retile", "TORCHINDUCTOR_CPP_OUTER_LOOP_RETILE", True),
     _flag("loop_ordering_after_fusion", True),
+    _flag("outer_loop_split", True),
+    _flag("two_step_variance_in_cache", True),
+    _flag("outer_loop_local_buffer_check", True),
+    _flag("realize_reused_erf", True),
+    _flag("outer_loop_regroup", True),
+    _flag("outer_block_fusion", True),
+    _flag("block_local_buffers", True),
     _flag("multi_accumulator_reductions", True),
     _flag("hoist_invariant_loads", True),
     _flag("streaming_stores", True),

@@ -399,16 +399,15 @@ MUTANTS = (
         "0010",
         "inner-variable-invariant",
         INV,
-        "if _LOOP_VAR.match(word) and word != inner_var:",
-        "if _LOOP_VAR.match(word):",
+        "                or loop.var in candidate.index.free_symbols\n",
+        "",
         "check",
     ),
     Mutant(
         "0010",
         "written-memory-moved",
         INV,
-        '        if memory_of(kernel.args, match["ptr"]) in written:\n'
-        "            continue\n",
+        "                or memory_of_buffer(args, candidate.name) in written\n",
         "",
         "check",
     ),
@@ -416,16 +415,27 @@ MUTANTS = (
         "0010",
         "second-innermost-loop",
         INV,
-        "    if depth != len(loop_nest.loops) - 1:",
-        "    if depth != len(loop_nest.loops) - 2:",
+        "    if not candidates or depth != len(loop_nest.loops) - 1:",
+        "    if not candidates or depth != len(loop_nest.loops) - 2:",
         "bound",
     ),
     Mutant(
         "0010",
         "aliases-not-resolved",
         INV,
-        "            if pointer in names:\n                return inner",
-        "            if pointer in names:\n                return pointer",
+        "    return inplaced.inner_name if isinstance(inplaced, InplacedBuffer)"
+        " else name",
+        "    return name",
+        "check",
+    ),
+    Mutant(
+        "0010",
+        "masked-body-hoisted",
+        INV,
+        "                candidate.buffer is not kernel.loads"
+        "  # a masked body, a suffix\n"
+        "                or ",
+        "                ",
         "check",
     ),
     # 0011 block local buffers
@@ -511,8 +521,8 @@ MUTANTS = (
         "0013",
         "read-back-streamed",
         STREAM,
-        "if not names or memory_of(args, pointer) in used:",
-        "if not names:",
+        "        if is_buffer_removed(name) or memory_of_buffer(args, name) in read:",
+        "        if is_buffer_removed(name):",
         "check",
     ),
     Mutant(
@@ -527,17 +537,18 @@ MUTANTS = (
         "0013",
         "any-dtype",
         STREAM,
-        "            _dtype(name) == torch.float32 and buffer_bytes(name) >= min_bytes",
-        "            buffer_bytes(name) >= min_bytes",
+        "            _dtype(n) == torch.float32 and buffer_bytes(n) >= min_bytes"
+        " for n in names",
+        "            buffer_bytes(n) >= min_bytes for n in names",
         "check",
     ),
     Mutant(
         "0013",
-        "region-not-braced",
+        "regions-not-fenced",
         STREAM,
-        '            if opening.strip() != "{":\n                return None\n',
+        "    for fence in fences:\n        fence.on = True\n",
         "",
-        "check",
+        "other",
     ),
     # 0014 prefetch
     Mutant(
@@ -545,33 +556,36 @@ MUTANTS = (
         "symbolic-step",
         PREFETCH,
         "    if not isinstance(outer.steps, (int, sympy.Integer)):\n"
-        "        return  # a symbolic step (dynamic shapes)\n",
+        "        return False  # a symbolic step (dynamic shapes)\n",
         "",
         "check",
     ),
     Mutant(
         "0014",
-        "prefetch-before-loop-body",
+        "index-of-another-loop",
         PREFETCH,
-        "            lines.insert(index, _prefetch(text, load, rows.ahead(load)))",
-        "            lines.insert(start, _prefetch(text, load, rows.ahead(load)))",
-        "bound",
-    ),
-    Mutant(
-        "0014",
-        "nested-loop-not-refused",
-        PREFETCH,
-        "            return False  # a nested loop first: not the same iteration space",
-        "            continue  # a nested loop first: not the same iteration space",
+        "        if _same_loop(kernel.inner[0], kernel.inner[-1]) and rows.uses_only(\n"
+        "            load.index, kernel.inner[-1].loops[-1].var\n"
+        "        ):",
+        "        if True:",
         "check",
     ),
     Mutant(
         "0014",
-        "last-pass-off-by-one",
+        "slot-outside-the-loop",
         PREFETCH,
-        "    code._lines[starts[-1] :] = rewritten",
-        "    code._lines[starts[-1] - 1 :] = rewritten",
+        "        return slot if slot is not None and slot.buffer is k.loads else None",
+        "        return slot",
+        "check",
+    ),
+    Mutant(
+        "0014",
+        "half-distance",
+        PREFETCH,
+        "        row_bytes = stride * self.step * 4  # float32",
+        "        row_bytes = stride * self.step * 2  # float32",
         "bound",
+        cost_only="a prefetch's distance changes no value",
     ),
 )
 

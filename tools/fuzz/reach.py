@@ -119,15 +119,15 @@ REACH = (
         "0013",
         "streaming stores",
         "codegen.cpp_streaming_stores",
-        "stream_large_outputs",
-        lambda a, r: r is not a[1],
+        "plan_streaming",
+        lambda a, r: bool(r),
     ),
     Decision(
         "0014",
         "prefetch",
         "codegen.cpp_outer_loop_prefetch",
-        "_with_prefetches",
-        lambda a, r: r is not None,
+        "_plan",
+        lambda a, r: bool(r),
     ),
 )
 

@@ -10,7 +10,8 @@ pass goes to memory, and pick compute over traffic:
 - a reused pointwise result is inlined into every consumer unless it uses one
   of a few heavy ops (``ir.StorageBox.should_realize_on_reuse``).
 
-Both hooks apply only while ``config.cpp.outer_loop_fusion_retile`` is on.
+The hooks apply only while their flags are on:
+``config.cpp.two_step_variance_in_cache`` and ``config.cpp.realize_reused_erf``.
 """
 
 from __future__ import annotations

@@ -38,8 +38,7 @@ normalization, 7 MiB per sample, join its per-channel scale kernel over an
 outer loop of 2, and lose its parallel reduction); and the outer loop must
 give every thread work.
 
-Flag: ``config.cpp.outer_loop_fusion_retile`` (the outer-loop fusion
-feature this extends).
+Flag: ``config.cpp.outer_block_fusion`` (TORCHINDUCTOR_CPP_OUTER_BLOCK_FUSION).
 """
 
 from __future__ import annotations
@@ -121,7 +120,7 @@ def _same_elements(scheduler, read: MemoryDep, write: MemoryDep) -> bool:
 
 
 def _outer_depth(scheduler, node1, node2) -> int:
-    if not config.cpp.outer_loop_fusion_retile:
+    if not config.cpp.outer_block_fusion:
         return 0
     if any(_is_stock_outer_fusion(node) for node in (node1, node2)):
         # Extending an outer-loop fusion that merges element by element

@@ -23,7 +23,7 @@ index o onto [0, S) for the writer and every reader, provided that:
 - no reader has loop variables the writer lacks (the rewriting keeps
   variables by name).
 
-Anything else keeps its global buffer.  Flag: ``config.cpp.outer_loop_fusion_retile``.
+Anything else keeps its global buffer.  Flag: ``config.cpp.block_local_buffers``.
 """
 
 from __future__ import annotations

@@ -9,46 +9,101 @@ derived from it (LayerNorm's normalization: a division and a square root per
 16 elements).  Outer-loop fusion makes this common: per-row results computed
 by one inner loop are read, broadcast, by the next.
 
-We emit such loads once, right before the innermost loop, in a scope of
-their own, and let the loop body read the local copy; the compiler then
-hoists the arithmetic itself.  A load is moved only when nothing in the
-kernel writes the memory it reads, the loop is not a parallel one, and it
-runs at least once (its trip count is a positive constant), so the moved
-load reads exactly what every iteration would have read.
+``CppKernel.load`` (and so ``CppVecKernel.load`` for its stride-0 loads)
+asks ``load_line`` for the line it writes to the kernel's loads: a load whose
+index names only loop variables and size arguments becomes a candidate, and
+its line reads either the memory (as stock) or a hoisted copy, as decided
+when the loop nest is written.  ``hoist_invariant_loads``, called by
+``codegen_loops_impl`` before it writes the innermost ``LoopLevel``, decides:
+a candidate is hoisted when its index does not name that loop's variable,
+no node of the kernel stores to its buffer (the buffer names the kernel
+recorded while generating the nodes' stores, ``Kernel.store_buffer_names``,
+in-place aliases and mutations resolved), the loop is serial and its trip
+count a positive constant (so the moved load reads exactly what every
+iteration read).  The hoisted loads are written before the loop, in a scope
+of their own, as ``auto invariantN = <load>;``; the compiler then hoists the
+arithmetic itself.
 
 Flag: ``config.cpp.hoist_invariant_loads`` (TORCHINDUCTOR_CPP_HOIST_INVARIANT_LOADS).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
+import contextlib
+import dataclasses
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 import sympy
 
-from .. import config
 from ..utils import IndentedBuffer
+from ..virtualized import V
+from .common import DeferredLine, InplacedBuffer
 
 
 if TYPE_CHECKING:
-    import contextlib
-
-    from .cpp import CppKernel, LoopNest
+    from .cpp import CppKernel, LoopLevel, LoopNest
 
 
-# `auto tmp4 = out_ptr1[static_cast<int64_t>(x0)];`: a scalar load as the C++
-# kernels emit it (vector loads are calls, masked loads live in lambdas).
-_SCALAR_LOAD = re.compile(
-    r"^auto (?P<var>tmp\d+) = (?P<ptr>(?:in_ptr|out_ptr|in_out_ptr)\d+)"
-    r"\[(?P<index>[^\[\]]*)\];$"
-)
-_WRITABLE_POINTER = re.compile(r"\b(?:in_out_ptr|out_ptr)\d+\b")
-_IDENTIFIER = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
-# What an index may name besides the enclosing loops' variables.
-_INDEX_WORDS = {"static_cast", "int64_t", "c10", "div_floor_integer"}
-_SIZE_SYMBOL = re.compile(r"^k?s\d+$")
-_LOOP_VAR = re.compile(r"^x\d+$")
+@dataclasses.dataclass(eq=False)
+class _Candidate:
+    """A scalar load that may move before the innermost loop."""
+
+    buffer: IndentedBuffer  # the buffer its line went to (loads, or a masked body's)
+    name: str  # the graph buffer it reads
+    index: sympy.Expr  # its index, as the kernel renamed it
+    load: str  # the load as the kernel prints it: `in_ptr1[...]`
+    local: str | None = None  # the hoisted copy it reads, once planned
+
+
+class InvariantLoadLine(DeferredLine):
+    """``auto tmpN = <load>;``: reads the hoisted copy once the loop nest
+    hoisted the load.  Resolved when the kernel's text is produced, as
+    upstream's ``DelayReplaceLine`` is; a ``DeferredLine`` of the loaded
+    buffer otherwise, so the code that moves kernel lines under a tail loop
+    (``move_code_under_inner_loop``) takes it as one."""
+
+    def __init__(self, name: str, line: str, candidate: _Candidate):
+        super().__init__(name, line)
+        self.candidate = candidate
+
+    def __call__(self) -> str | None:
+        line = super().__call__()
+        local = self.candidate.local
+        if line is None or local is None:
+            return line
+        return line.replace(self.candidate.load, local)
+
+    def _new_line(self, line: str) -> InvariantLoadLine:
+        return InvariantLoadLine(self.name, line, self.candidate)
+
+
+# kernel -> its candidates, in the order of their lines
+_candidates: WeakKeyDictionary[CppKernel, list[_Candidate]] = WeakKeyDictionary()
+
+
+def load_line(kernel: CppKernel, name: str, index: sympy.Expr, load: str):
+    """The line ``CppKernel.load`` generates for ``load`` (``ptr[index]``):
+    ``load`` itself, or a line that reads a hoisted copy if the loop nest
+    hoists it."""
+    if kernel.cse.try_get(load) is not None:
+        return load  # a CSE hit: no line is written
+    if not names_only_loops_and_sizes(kernel, index):
+        return load
+    candidate = _Candidate(kernel.loads, name, index, load)
+    _candidates.setdefault(kernel, []).append(candidate)
+    return InvariantLoadLine(name, load, candidate)
+
+
+def names_only_loops_and_sizes(kernel: CppKernel, index: sympy.Expr) -> bool:
+    """Whether ``index`` names only the kernel's loop variables and size
+    arguments: not an indirect value (a tmp computed in the loop body) nor a
+    variable of a tail loop moved under the kernel."""
+    sizes = set(kernel.args.sizevars.values())
+    return all(
+        symbol in kernel.itervars or symbol.name in sizes
+        for symbol in index.free_symbols
+    )
 
 
 def hoist_invariant_loads(
@@ -57,24 +112,51 @@ def hoist_invariant_loads(
     loop_nest: LoopNest,
     depth: int,
 ) -> None:
-    """Called before the loop at ``depth`` of ``loop_nest`` is written."""
-    if not config.cpp.hoist_invariant_loads:
-        return
+    """Called before the loop at ``depth`` of ``loop_nest`` is written: before
+    the innermost one, writes the loads it hoists (in a scope entered on
+    ``stack``) and points their lines at the copies."""
     assert loop_nest.loops is not None
-    if depth != len(loop_nest.loops) - 1:
+    kernels = _kernels(loop_nest.get_kernel())
+    candidates = [c for kernel in kernels for c in _candidates.get(kernel, ())]
+    for candidate in candidates:
+        candidate.local = None  # decided afresh each time the nest is written
+    if not candidates or depth != len(loop_nest.loops) - 1:
         return
     loop = loop_nest.loops[depth]
     if not _runs_serially_at_least_once(loop):
         return
-    proxy = loop_nest.get_kernel()
-    preamble = _plan(proxy, str(loop.var))
-    if not preamble:
-        return
-    stack.enter_context(code.indent())  # a scope for the hoisted names
-    code.writelines(preamble)
+    hoisted = _plan(kernels, loop)
+    if hoisted:
+        stack.enter_context(code.indent())  # a scope for the hoisted names
+        code.splice(hoisted)
 
 
-def _runs_serially_at_least_once(loop) -> bool:
+def _plan(kernels: list[CppKernel], loop: LoopLevel) -> IndentedBuffer:
+    """Mark the candidates the loop hoists; the lines that load them."""
+    args = kernels[0].args
+    written = {
+        memory_of_buffer(args, name)
+        for kernel in kernels
+        for name in kernel.store_buffer_names
+    }
+    hoisted = IndentedBuffer()
+    names: dict[str, str] = {}  # load -> its hoisted copy, shared by the kernels
+    for kernel in kernels:
+        for candidate in _candidates.get(kernel, ()):
+            if (
+                candidate.buffer is not kernel.loads  # a masked body, a suffix
+                or loop.var in candidate.index.free_symbols
+                or memory_of_buffer(args, candidate.name) in written
+            ):
+                continue
+            if candidate.load not in names:
+                names[candidate.load] = f"invariant{len(names)}"
+                hoisted.writeline(f"auto {names[candidate.load]} = {candidate.load};")
+            candidate.local = names[candidate.load]
+    return hoisted
+
+
+def _runs_serially_at_least_once(loop: LoopLevel) -> bool:
     size = sympy.sympify(loop.size)
     offset = sympy.sympify(loop.offset)
     return (
@@ -86,95 +168,25 @@ def _runs_serially_at_least_once(loop) -> bool:
     )
 
 
-def _plan(proxy, inner_var: str) -> list[str]:
-    """Rewrite the proxy's invariant loads; return the lines that load them.
-
-    The plan is kept on the proxy: a loop nest written twice gets the same
-    preamble again (its loads were rewritten the first time).
-    """
-    planned = getattr(proxy, "_hoisted_invariant_loads", None)
-    if planned is not None:
-        return planned
-    kernels = list(_kernels(proxy))
-    preamble: list[str] = []
-    if kernels:
-        written = _written_memory(kernels)
-        names: dict[str, str] = {}  # load expression -> hoisted local
-        for kernel in kernels:
-            _rewrite_loads(kernel, inner_var, written, names, preamble)
-    proxy._hoisted_invariant_loads = preamble
-    return preamble
-
-
-def _kernels(proxy) -> Iterator[CppKernel]:
-    """The proxy's kernels, or nothing when one of them has inner loops of its
+def _kernels(proxy) -> list[CppKernel]:
+    """The proxy's kernels, or none when one of them has inner loops of its
     own (2-D tiles) or code moved under an inner tail loop."""
     from .cpp import CppKernelProxy, CppTile2DKernel
 
     if not isinstance(proxy, CppKernelProxy):
-        return iter(())
+        return []
     kernels = list(proxy.kernels)
-    if any(
-        isinstance(k, CppTile2DKernel) or getattr(k, "inner_itervars", None)
-        for k in kernels
-    ):
-        return iter(())
-    return iter(kernels)
+    if any(isinstance(k, CppTile2DKernel) or k.inner_itervars for k in kernels):
+        return []
+    return kernels
 
 
-def _rewrite_loads(kernel, inner_var, written, names, preamble) -> None:
-    lines = kernel.loads._lines
-    for i, line in enumerate(lines):
-        if not isinstance(line, str):
-            continue  # a DeferredLine: the buffer may still be removed
-        match = _SCALAR_LOAD.match(line)
-        if match is None or not _is_invariant(match["index"], inner_var):
-            continue
-        if memory_of(kernel.args, match["ptr"]) in written:
-            continue
-        expr = f"{match['ptr']}[{match['index']}]"
-        if expr not in names:
-            names[expr] = f"invariant{len(names)}"
-            preamble.append(f"auto {names[expr]} = {expr};")
-        lines[i] = f"auto {match['var']} = {names[expr]};"
+def memory_of_buffer(args, name: str) -> str:
+    """What a buffer's pointer points at: the in-place argument it shares
+    (``in_out_ptr0`` for both buffers of an in-place pair) or its own name,
+    after mutations are resolved to the mutated buffer."""
+    if V.graph.scheduler:
+        name = V.graph.scheduler.mutation_real_name.get(name, name)
+    inplaced = args.inplace_buffers.get(name)
+    return inplaced.inner_name if isinstance(inplaced, InplacedBuffer) else name
 
-
-def _is_invariant(index: str, inner_var: str) -> bool:
-    for word in _IDENTIFIER.findall(index):
-        if word in _INDEX_WORDS or _SIZE_SYMBOL.match(word):
-            continue
-        if _LOOP_VAR.match(word) and word != inner_var:
-            continue
-        return False  # the inner variable, an indirect index, anything unknown
-    return True
-
-
-def _written_memory(kernels) -> set[str]:
-    """The memory (see memory_of) any buffer of the kernels but their loads
-    names through a writable pointer: stores, reduction results, masked
-    bodies.  Over-approximated on purpose."""
-    written: set[str] = set()
-    for kernel in kernels:
-        for value in vars(kernel).values():
-            if isinstance(value, IndentedBuffer) and value is not kernel.loads:
-                text = value.getvalue()
-                written.update(
-                    memory_of(kernel.args, p) for p in _WRITABLE_POINTER.findall(text)
-                )
-    return written
-
-
-def memory_of(args, pointer: str) -> str:
-    """The in-place buffer a pointer aliases (``auto out_ptr0 = in_out_ptr0;``),
-    or the pointer itself."""
-    for inplaced in args.inplace_buffers.values():
-        inner = getattr(inplaced, "inner_name", None)
-        if inner is None:
-            continue  # a removed argument
-        if pointer == inner:
-            return inner
-        for other in inplaced.other_names:
-            names = (args.input_buffers.get(other), args.output_buffers.get(other))
-            if pointer in names:
-                return inner
-    return pointer

@@ -4,232 +4,327 @@ An outer-loop fused normalization reads each row (a LayerNorm row, a
 GroupNorm group) several times per outer iteration: its first pass from
 memory, the later passes from cache.  Only the first pass waits for memory,
 and the hardware prefetcher, which stops at every 4 KiB page, does not run
-ahead of it: LayerNorm over (8192, 1024) has one page per row.  Meanwhile the
-last pass works from cache and leaves the memory bus idle for reads.
+ahead of it.  Meanwhile the last pass works from cache and leaves the
+memory bus idle for reads.
 
 In the last pass we therefore prefetch, for every vector load of a row that
-the first pass reads too, the same offset LOOKAHEAD_BYTES ahead, rounded up to
-whole outer iterations; a row the last pass does not read (softmax's last
-pass reads a local buffer of exp values) is prefetched in the last pass's
-loop that has the same header as the first pass's (softmax over (4096,
-4096): 0.82 of the time without, 1 thread).  Distances: LayerNorm, 4 rows
-of 4 KiB; GroupNorm(32, 256) on 56x56 images, 1 group of 98 KiB.  The next
-iterations' first passes then read from cache.  Measured on the generated
-kernels (2 cores, AVX512), kernel time over eager's: LayerNorm
-(8192, 1024) 0.81 -> 0.65 on two threads, unchanged on one; GroupNorm
-0.88 -> 0.79 on two threads, 0.71 -> 0.64 on one.  A prefetch of one
-LayerNorm row ahead was slower on one thread (0.72 -> 0.92): it arrives
-too late and takes the fill buffers the output stores need.
+the first pass reads too, the same offset LOOKAHEAD_BYTES ahead, rounded up
+to whole outer iterations (LayerNorm over 1024 columns: 4 rows; GroupNorm(32,
+256) on 56x56 images: the next group); a row the last pass does not read
+(softmax's last pass reads a local buffer of exp values) is prefetched at
+the start of the last pass's innermost loop when it runs the same
+iterations as the first pass's.  The next iterations' first passes then
+read from cache.  A shorter distance arrives too late and takes the fill
+buffers the output stores need.
 
 Guards: the kernel touches more bytes than the last-level cache holds (else
 the rows come from cache anyway; the size is the one streaming stores use),
 the load is a full float vector whose index is affine in the fused loop
 variable with a static stride, the first pass loads the same memory (an
 in-place buffer is in_ptr0 there and in_out_ptr0 in the last pass), and
-that buffer is at least 1/32 of the cache: a 256 KiB attention mask stays
-cached and gains nothing.  A first pass that calls transcendental
-functions is bound by its math, not by memory, and gets no prefetches
-(bias+GELU+LayerNorm's, with erf, ran 14-16% slower with them).
-A prefetch never faults, so the rows past the end of a thread's share or of
-the tensor cost a wasted line, not a crash.  The prefetch is a helper of
-cpp_kernel_helpers.py: ``__builtin_prefetch`` on GCC and Clang,
-``_mm_prefetch`` / ``__prefetch`` on MSVC.
+that buffer is at least 1/32 of the cache: a small attention mask stays
+cached and gains nothing.  A first pass that computes transcendental
+functions is bound by its math, not by memory, and gets no prefetches.  A
+prefetch never faults, so the rows past the end of a thread's share or of
+the tensor cost a wasted line, not a crash.
+
+``CppVecKernel.load`` generates its contiguous loads through
+``generate_vector_load``: after each unmasked full float vector load it
+writes a prefetch line, and before its first one a slot for rows the kernel
+does not read; both print nothing unless a plan asks for them.
+``codegen_loops_impl`` calls ``gen_passes_with_prefetch`` for an
+``OuterLoopFusedKernel``: it plans from the passes' recorded loads (buffer,
+sympy index: the stride of the fused loop variable is the index's static
+coefficient of it), the kernel group's argument sizes, and the first pass's
+nodes (their ``LoopBody`` op counts tell a pass bound by its math), then
+generates the passes.  The prefetch is a helper of cpp_kernel_helpers.py:
+``__builtin_prefetch`` on GCC and Clang, ``_mm_prefetch`` / ``__prefetch``
+on MSVC.  Measurements: README, "Prefetching the next rows (0014)".
 
 Flag: ``config.cpp.outer_loop_prefetch`` (TORCHINDUCTOR_CPP_OUTER_LOOP_PREFETCH).
 """
 
 from __future__ import annotations
 
-import logging
+import dataclasses
 import math
-import re
 from collections.abc import Callable
+from typing import Any
+from weakref import WeakKeyDictionary
 
 import sympy
+import torch
 
-from ..utils import IndentedBuffer
+from ..utils import DeferredLineBase
+from ..virtualized import V
 from . import cpp_kernel_helpers as helpers, cpp_streaming_stores as streaming
-from .cpp_invariant_loads import memory_of
-from .cpp_reduction_accumulators import TRANSCENDENTAL
-from .cpp_streaming_stores import footprint_bytes, line_text
+from .cpp_invariant_loads import memory_of_buffer
+from .cpp_utils import cexpr_index
 
-log = logging.getLogger("torch._inductor.fusion")
+log = torch._logging.getArtifactLogger(__name__, "fusion")
 
 # How far ahead to prefetch, rounded up to whole outer iterations.
 LOOKAHEAD_BYTES = 16 << 10
-# `auto tmp0 = at::vec::Vectorized<float>::loadu(in_ptr0 +
-#      static_cast<int64_t>(x1 + 1024L*x0), static_cast<int64_t>(16));`
-_VECTOR_LOAD = re.compile(
-    r"^auto tmp\w+ = at::vec::Vectorized<float>::loadu\("
-    r"(?P<ptr>(?:in_ptr|in_out_ptr)\d+) \+ "
-    r"(?P<index>static_cast<int64_t>\((?P<expr>[^,;]*)\))"
-    r"(?:, static_cast<int64_t>\(\d+L?\))?\);$"
+# LoopBody ops whose cost per element dwarfs a load's: a pass that computes
+# one of them is bound by its math, not by memory.
+TRANSCENDENTAL_OPS = frozenset(
+    (
+        *("exp", "exp2", "expm1", "log", "log2", "log10", "log1p"),
+        *("erf", "erfc", "erfinv", "tanh", "sigmoid", "pow"),
+        *("sin", "sinh", "cos", "cosh", "tan", "atan", "atan2", "atanh"),
+    )
 )
-# `1024L*x0`, `x1`, `7L`: the terms of an affine index.
-_TERM = re.compile(r"^(?:(?P<coeff>\d+)L\*)?(?P<var>x\d+)$|^(?P<const>\d+)L?$")
+# Stands for the distance in a prefetch line until the plan sets it.
+_DISTANCE = "PREFETCH_DISTANCE"
+# A slot line's text until the plan fills it (never printed).
+_SLOT = "// prefetch slot"
+
+
+@dataclasses.dataclass(eq=False)
+class _Load:
+    """A full float vector load of a kernel, and the prefetch that may follow it."""
+
+    kernel: Any  # the CppVecKernel
+    name: str  # the graph buffer
+    pointer: str  # its kernel argument
+    index: sympy.Expr
+    ahead: int = 0  # bytes ahead to prefetch; 0: none
+
+    def prefetch(self, ahead: int | str) -> str:
+        address = f"{self.pointer} + {cexpr_index(self.index)}"
+        return f"{helpers.PREFETCH}({address}, {ahead});"
+
+
+@dataclasses.dataclass(eq=False)
+class _Slot:
+    """Where a kernel's body starts: rows of another pass prefetched there."""
+
+    buffer: object  # the buffer the slot went to
+    rows: list = dataclasses.field(default_factory=list)  # (load, ahead)
+
+
+class PrefetchLine(DeferredLineBase):
+    """The prefetch after a load: printed once the plan gives it a distance."""
+
+    def __init__(self, line: str, load: _Load):
+        super().__init__(line)
+        self.load = load
+
+    def __call__(self) -> str | None:
+        if not self.load.ahead:
+            return None
+        return self.line.replace(_DISTANCE, str(self.load.ahead))
+
+    def _new_line(self, line: str) -> PrefetchLine:
+        return PrefetchLine(line, self.load)
+
+
+class PrefetchSlotLine(DeferredLineBase):
+    """The prefetches of rows a pass does not read, before its first load."""
+
+    def __init__(self, line: str, slot: _Slot):
+        super().__init__(line)
+        self.slot = slot
+
+    def __call__(self) -> str | None:
+        if not self.slot.rows:
+            return None
+        indent = self.line[: len(self.line) - len(self.line.lstrip())]
+        rows = self.slot.rows
+        return "\n".join(indent + load.prefetch(ahead) for load, ahead in rows)
+
+    def _new_line(self, line: str) -> PrefetchSlotLine:
+        return PrefetchSlotLine(line, self.slot)
+
+
+# kernel -> its loads that may be prefetched, and the slot before the first
+_loads: WeakKeyDictionary = WeakKeyDictionary()
+_slots: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def generate_vector_load(kernel, name, pointer, index, dtype, line, masked: bool):
+    """``CppVecKernel.load``'s contiguous load ``line``, generated into the
+    kernel's loads with the lines that may prefetch (see module docstring)."""
+    candidate = (
+        dtype == torch.float32
+        and not masked
+        and index != 0
+        and kernel.tiling_factor * 32 <= kernel.vec_isa.bit_width()  # one vector
+        # the tiled loop is the innermost: no code moved under a tail loop
+        and kernel.tiling_idx == len(kernel.itervars) - 1
+        and not _is_output(kernel.args, name)
+    )
+    new = candidate and kernel.cse.try_get(line) is None
+    if new and kernel not in _slots:
+        slot = _slots[kernel] = _Slot(kernel.loads)
+        kernel.loads.writeline(PrefetchSlotLine(_SLOT, slot))
+    csevar = kernel.cse.generate(kernel.loads, line, dtype=dtype)
+    if new:
+        load = _Load(kernel, name, pointer, index)
+        _loads.setdefault(kernel, []).append(load)
+        kernel.loads.writeline(PrefetchLine(load.prefetch(_DISTANCE), load))
+    return csevar
+
+
+def _is_output(args, name: str) -> bool:
+    """Whether the kernel group reads ``name`` through an output pointer (a
+    buffer an earlier kernel of the group wrote): not prefetched."""
+    if V.graph.scheduler:
+        name = V.graph.scheduler.mutation_real_name.get(name, name)
+    return name in args.output_buffers
 
 
 def gen_passes_with_prefetch(
-    code: IndentedBuffer, outer_nest, kernel, gen_loop_nest: Callable
+    code, outer_nest, kernel, gen_loop_nest: Callable
 ) -> None:
     """Generate the passes of an outer-loop fused kernel, prefetching in the last."""
-    starts = []
+    _plan(outer_nest, kernel)
     for inner_nest in kernel.inner:
-        starts.append(len(code._lines))
         gen_loop_nest(inner_nest)
-    if len(starts) < 2 or not outer_nest.loops:
-        return
-    if footprint_bytes(kernel.args) < streaming.last_level_cache_bytes():
-        return
+
+
+def _plan(outer_nest, kernel) -> bool:
+    """Set the prefetches of the kernel's last pass; whether it has any."""
+    passes = [nest.get_kernel() for nest in kernel.inner]
+    kernels = [k for proxy in passes for k in getattr(proxy, "kernels", ())]
+    for k in kernels:  # decided afresh each time the kernel is written
+        for load in _loads.get(k, ()):
+            load.ahead = 0
+        if k in _slots:
+            _slots[k].rows.clear()
+    if len(passes) < 2 or not outer_nest.loops:
+        return False
+    if streaming.footprint_bytes(kernel.args) < streaming.last_level_cache_bytes():
+        return False
     outer = outer_nest.loops[-1]
     if not isinstance(outer.steps, (int, sympy.Integer)):
-        return  # a symbolic step (dynamic shapes)
-    rows = _Rows(kernel.args, str(outer.var), int(outer.steps))
-    first_pass = code._lines[starts[0] : starts[1]]
-    if _computes_transcendentals(first_pass):
-        # bound by its math, not by memory: bias+GELU+LayerNorm's first pass
-        # (erf) ran 14-16% slower with its rows prefetched
-        return
-    loads = [
-        (m, header)
-        for m, header in _loads_with_headers(first_pass)
-        if rows.worth_prefetching(m)
+        return False  # a symbolic step (dynamic shapes)
+    if _bound_by_its_math(passes[0]):
+        # bias+GELU+LayerNorm's first pass (erf) ran 14-16% slower with its
+        # rows prefetched
+        return False
+    rows = _Rows(kernel.args, outer.var, int(outer.steps))
+    first = [
+        load for load in _pass_loads(passes[0]) if rows.worth_prefetching(load)
     ]
-    last_pass = code._lines[starts[-1] :]
-    rewritten = _with_prefetches(last_pass, rows, loads)
-    if rewritten is None:
-        return
-    code._lines[starts[-1] :] = rewritten
-    helpers.use(kernel.args, helpers.PREFETCH)
+    memories = {rows.memory(load) for load in first}
+    covered = set()
+    for load in _pass_loads(passes[-1]):
+        if rows.memory(load) in memories and (ahead := rows.ahead(load)):
+            load.ahead = ahead
+            covered.add(rows.memory(load))
+    slot = _first_slot(passes[-1])
+    for load in first:
+        if rows.memory(load) in covered or slot is None:
+            continue
+        if _same_loop(kernel.inner[0], kernel.inner[-1]) and rows.uses_only(
+            load.index, kernel.inner[-1].loops[-1].var
+        ):
+            slot.rows.append((load, rows.ahead(load)))
+            covered.add(rows.memory(load))
+    if covered:
+        log.debug("outer-loop prefetch: %d rows of the last pass", len(covered))
+        helpers.use(kernel.args, helpers.PREFETCH)
+    return bool(covered)
 
 
 class _Rows:
     """The fused loop's rows, as the first pass reads them."""
 
-    def __init__(self, args, outer_var: str, step: int):
+    def __init__(self, args, outer_var: sympy.Symbol, step: int):
         self.args, self.outer_var, self.step = args, outer_var, step
 
-    def memory(self, pointer: str) -> str:
+    def memory(self, load: _Load) -> str:
         # memories, not pointers: an in-place buffer is in_ptr0 in the first
         # pass and in_out_ptr0 in the last (attention's softmax)
-        return memory_of(self.args, pointer)
+        return memory_of_buffer(self.args, load.name)
 
-    def worth_prefetching(self, load: re.Match) -> bool:
+    def worth_prefetching(self, load: _Load) -> bool:
         return bool(self.ahead(load)) and _too_large_to_stay_cached(
-            self.args, load["ptr"]
+            self.args, load.name
         )
 
-    def ahead(self, load: re.Match) -> int:
+    def ahead(self, load: _Load) -> int:
         """Bytes to the same offset LOOKAHEAD_BYTES ahead in whole rows, or 0."""
-        stride = _coefficient(load["expr"], self.outer_var)
+        stride = static_stride(load.index, self.outer_var, load.kernel.itervars)
         if not stride:
             return 0
         row_bytes = stride * self.step * 4  # float32
         return math.ceil(LOOKAHEAD_BYTES / row_bytes) * row_bytes
 
+    def uses_only(self, index: sympy.Expr, loop_var) -> bool:
+        return index.free_symbols <= {loop_var, self.outer_var}
 
-def _with_prefetches(lines, rows: _Rows, first_pass_loads) -> list | None:
-    """The last pass with prefetches of the first pass's rows, or None.
 
-    A load of the same memory in the last pass gets a prefetch right after
-    it.  A row the last pass does not read (softmax's last pass reads its
-    local buffer of exp values) is prefetched in the last pass's loop that
-    has the same header as the first pass's loop around the load, so the
-    load's index means the same there.
-    """
-    memories = {rows.memory(m["ptr"]) for m, _ in first_pass_loads}
-    result: list = []
-    covered = set()
-    for line in lines:
-        result.append(line)
-        match = _vector_load(line)
-        if match is None or rows.memory(match["ptr"]) not in memories:
+def static_stride(index: sympy.Expr, var, loop_vars) -> int:
+    """The coefficient of ``var`` in ``index`` if ``index`` is a sum of
+    positive integer multiples of loop variables and a constant, else 0."""
+    stride = 0
+    for term in sympy.Add.make_args(index):
+        coefficient, rest = term.as_coeff_Mul()
+        if rest == 1:
+            if not coefficient.is_Integer:
+                return 0
             continue
-        ahead = rows.ahead(match)
-        if not ahead:
-            continue
-        result.append(_prefetch(line_text(line), match, ahead))
-        covered.add(rows.memory(match["ptr"]))
-    for load, header in first_pass_loads:
-        if rows.memory(load["ptr"]) in covered or header is None:
-            continue
-        if _insert_in_loop(result, header, load, rows):
-            covered.add(rows.memory(load["ptr"]))
-    if not covered:
-        return None
-    log.debug("outer-loop prefetch: %d rows of the last pass", len(covered))
-    return result
+        if not (coefficient.is_Integer and coefficient > 0 and rest in loop_vars):
+            return 0
+        if rest == var:
+            stride += int(coefficient)
+    return stride
 
 
-def _computes_transcendentals(lines) -> bool:
-    return any(TRANSCENDENTAL.search(line_text(line)) for line in lines)
+def _pass_loads(proxy) -> list[_Load]:
+    return [load for k in proxy.kernels for load in _loads.get(k, ())]
 
 
-def _loads_with_headers(lines):
-    """Each full vector load with the innermost loop header above it."""
-    header = None
-    for line in lines:
-        text = line_text(line).strip()
-        if text.startswith("for("):
-            header = text
-        match = _VECTOR_LOAD.match(text)
-        if match is not None:
-            yield match, header
+def _first_slot(proxy) -> _Slot | None:
+    """The slot of the first kernel of the pass whose body is written (the
+    main vector kernel), if it sits in the kernel's loads."""
+    for k in proxy.kernels:
+        if any(start == end for start, end in k.active_ranges.values()):
+            continue  # an empty range: its body is not written
+        slot = _slots.get(k)
+        return slot if slot is not None and slot.buffer is k.loads else None
+    return None
 
 
-def _insert_in_loop(lines: list, header: str, load: re.Match, rows: _Rows) -> bool:
-    """Prefetch ``load``'s row before the first statement of the loop of
-    ``lines`` whose header is ``header``; False if there is no such loop or
-    the index uses a variable other than the loop's and the outer one."""
-    loop_var = re.match(r"for\(int64_t (x\d+)=", header)
-    used = set(re.findall(r"\bx\d+\b", load["expr"]))
-    if loop_var is None or not used <= {loop_var[1], rows.outer_var}:
+def _same_loop(first_nest, last_nest) -> bool:
+    """Whether both passes' innermost loops run the same iterations, so an
+    index of the first means the same in the last."""
+    if not first_nest.loops or not last_nest.loops:
         return False
-    texts = [line_text(line).strip() for line in lines]
-    if header not in texts:
-        return False
-    start = texts.index(header)
-    for index in range(start + 1, len(lines)):
-        if texts[index].startswith("for("):
-            return False  # a nested loop first: not the same iteration space
-        if texts[index].startswith("auto "):
-            text = line_text(lines[index])
-            lines.insert(index, _prefetch(text, load, rows.ahead(load)))
-            return True
-    return False
+    a, b = first_nest.loops[-1], last_nest.loops[-1]
+    return (a.var, a.offset, a.size, a.steps) == (b.var, b.offset, b.size, b.steps)
 
 
-def _prefetch(line: str, load: re.Match, ahead: int) -> str:
-    call = f"{helpers.PREFETCH}({load['ptr']} + {load['index']}, {ahead});"
-    return _indent(line) + call
+def _bound_by_its_math(proxy) -> bool:
+    """Whether a node of the pass computes a transcendental function, by
+    the op counts of its LoopBody (read from the fused scheduler node)."""
+    return any(
+        getattr(node, "_body", None) is not None
+        and any(node._body.op_counts.get(op, 0) for op in TRANSCENDENTAL_OPS)
+        for node in _first_pass_nodes(proxy)
+    )
 
 
-def _too_large_to_stay_cached(args, pointer: str) -> bool:
-    """Whether the buffer behind ``pointer`` is one a pass evicts: at least
+def _first_pass_nodes(proxy) -> list:
+    """The scheduler nodes of the outer-loop fused node's first member; the
+    node is the one whose nodes the kernel group scheduled last."""
+    from .cpp import OuterLoopFusedSchedulerNode
+
+    scheduled = proxy.kernel_group.scheduled_nodes
+    if not scheduled:
+        return []
+    fused = V.graph.scheduler.name_to_fused_node.get(scheduled[-1].get_name())
+    if not isinstance(fused, OuterLoopFusedSchedulerNode):
+        return []
+    return fused.get_outer_nodes()[0].get_nodes()
+
+
+def _too_large_to_stay_cached(args, name: str) -> bool:
+    """Whether the buffer behind ``name`` is one a pass evicts: at least
     the share of the cache below which streaming stores leave outputs alone
     (an attention mask of 256 KiB stays in cache and gains nothing)."""
     minimum = streaming.last_level_cache_bytes() // streaming.MIN_STREAMED_FRACTION
-    names = streaming.buffer_names(args, pointer)
-    return any(streaming.buffer_bytes(name) >= minimum for name in names)
-
-
-def _vector_load(line) -> re.Match | None:
-    text = line_text(line)
-    return _VECTOR_LOAD.match(text.strip()) if text else None
-
-
-def _coefficient(expr: str, var: str) -> int:
-    """The static coefficient of ``var`` in an affine C index, else 0."""
-    coefficient = 0
-    for term in expr.split(" + "):
-        match = _TERM.match(term.strip())
-        if match is None:
-            return 0
-        if match["var"] == var:
-            coefficient += int(match["coeff"] or 1)
-    return coefficient
-
-
-def _indent(text: str) -> str:
-    return text[: len(text) - len(text.lstrip())]
-
+    names = streaming.names_of_memory(args, name)
+    return any(streaming.buffer_bytes(n) >= minimum for n in names)

@@ -12,7 +12,7 @@ fusion, log_softmax over a reduced dimension joined its log step to the max
 and sum kernels; the three failed to merge and became 5 loop nests where
 the max and sum kernels merge on their own (4 nests, as with the flag off).
 
-Flag: ``config.cpp.outer_loop_fusion_retile``.
+Flag: ``config.cpp.outer_loop_regroup`` (TORCHINDUCTOR_CPP_OUTER_LOOP_REGROUP).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ is fixed inside an outer iteration, appears under division or modulo).
 The mutation happens inside ``Scheduler.can_fuse``, whose loop-mutation tracker
 rolls it back when the fusion is rejected.
 
-Flag: ``config.cpp.outer_loop_fusion_retile`` (TORCHINDUCTOR_CPP_OUTER_LOOP_RETILE).
+Flag: ``config.cpp.outer_loop_split`` (TORCHINDUCTOR_CPP_OUTER_LOOP_SPLIT).
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def split_for_outer_loop_fusion(
     """
     from .. import config
 
-    if not config.cpp.outer_loop_fusion_retile:
+    if not config.cpp.outer_loop_split:
         return False
     plan = _planned_split(producer, consumer)
     if plan is None:

@@ -19,36 +19,47 @@ full-vector float32 stores of a kernel's output when
 - the kernel does not read that output back itself (directly or through an
   in-place alias).
 
-Each streamed store checks its address at run time and falls back to a plain
-store when it is not aligned to the vector width; other vector types store
-as before.  Streaming stores are weakly ordered: every thread fences its own
-(``stream_fence()`` at the end of each ``#pragma omp parallel`` block, before
-the closing barrier that publishes them), and the kernel ends with one more
-fence for its serial loops.  The store and the fence are helpers of
-cpp_kernel_helpers.py: ``_mm512_stream_ps`` / ``_mm256_stream_ps`` and
-``_mm_sfence`` on AVX512 and AVX2, a plain store and no fence elsewhere.
-With two threads, streaming measured 15% faster
-than plain stores on LayerNorm (8192, 1024) and GroupNorm(32, 256) once
-``cpp_outer_loop_prefetch.py`` prefetches their rows (without the
-prefetches, GroupNorm read the same either way).
+``CppVecKernel.store`` (and ``store_reduction``, for a vertical reduction)
+writes each full-vector float32 store through ``store_line``: a
+``DeferredLine`` of the stored buffer that prints
+``stream_store_f32(ptr, vec)`` instead of ``vec.store(ptr)`` if the kernel
+group streams that buffer.  ``KernelGroup.codegen_group`` decides once the
+group's kernels are generated and its footprint is known
+(``plan_streaming``), from the group's arguments (footprint, sizes, dtypes)
+and its nodes' ``read_writes`` (no node of the group reads the buffer,
+in-place aliases and mutations resolved).  Each streamed store checks its
+address at run time and falls back to a plain store when it is not aligned
+to the vector width.  Streaming stores are weakly ordered: every thread
+fences its own (``WorkSharing`` writes a ``stream_fence()`` line before it
+closes each ``#pragma omp parallel`` block, printed only when the group
+streams), and the kernel ends with one more fence for its serial loops.
+Only x86 (AVX512, AVX2) has non-temporal stores; elsewhere nothing is
+streamed and nothing fenced.  The store and the fence are helpers of
+cpp_kernel_helpers.py (``_mm512_stream_ps`` / ``_mm256_stream_ps``,
+``_mm_sfence``).  Measurements: README, "Streaming stores (0013)".
 
 Flag: ``config.cpp.streaming_stores`` (TORCHINDUCTOR_CPP_STREAMING_STORES).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
-import re
 from pathlib import Path
 
 import sympy
 import torch
+from torch.utils._sympy.symbol import free_symbol_is_type, SymT
 
+from .. import cpu_vec_isa
+from ..sizevars import stride_at_vec_range
 from ..utils import DeferredLineBase, IndentedBuffer
 from ..virtualized import V
 from . import cpp_kernel_helpers as helpers
-from .cpp_invariant_loads import memory_of
+from .common import DeferredLine, is_buffer_removed
+from .cpp_utils import cexpr_index
+from .cpp_invariant_loads import memory_of_buffer
 
 # Outputs smaller than this fraction of the cache (1 MiB of 32 MiB) stay in
 # cache for their consumer whatever the kernel does.
@@ -59,70 +70,156 @@ _FALLBACK_LLC_BYTES = 32 << 20
 CACHE_BYTES_ENV = "TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES"
 
 _FENCE = f"{helpers.STREAM_FENCE}();"
-# `tmp15.store(out_ptr2 + static_cast<int64_t>(x1 + 1024L*x0));`: a full
-# vector (a tail store passes a count after a top-level comma).
-_VECTOR_STORE = re.compile(
-    r"^(?P<value>tmp\w+)\.store\((?P<ptr>(?:out_ptr|in_out_ptr)\d+) \+ "
-    r"(?P<index>static_cast<int64_t>\([^,;]*\))\);$"
-)
-_ANY_VECTOR_STORE = re.compile(
-    r"^tmp\w+\.store\((?:out_ptr|in_out_ptr)\d+ \+ static_cast<int64_t>\([^;]*\);$"
-)
 
 
-def stream_large_outputs(kernel_group, loops_code: IndentedBuffer) -> IndentedBuffer:
-    """``loops_code`` with streaming stores where they pay, else unchanged."""
+@dataclasses.dataclass(eq=False)
+class _Store:
+    """A full-vector float32 store that may stream."""
+
+    name: str  # the buffer stored
+    store: str  # the statement as the kernel prints it
+    stream: str  # the same store, streamed
+    streamed: bool = False
+
+
+class StreamStoreLine(DeferredLine):
+    """A store of a full float vector: ``vec.store(ptr)``, or
+    ``stream_store_f32(ptr, vec)`` once the kernel group streams its buffer.
+    Resolved when the kernel's text is produced (as upstream's
+    ``DelayReplaceLine``); a plain ``DeferredLine`` of the buffer otherwise."""
+
+    def __init__(self, name: str, line: str, store: _Store):
+        super().__init__(name, line)
+        self.store = store
+
+    def __call__(self) -> str | None:
+        line = super().__call__()
+        if line is None or not self.store.streamed:
+            return line
+        return line.replace(self.store.store, self.store.stream)
+
+    def _new_line(self, line: str) -> StreamStoreLine:
+        return StreamStoreLine(self.name, line, self.store)
+
+
+class FenceLine(DeferredLineBase):
+    """``stream_fence();``, printed only if the kernel group streams."""
+
+    def __init__(self, line: str, on: bool = False):
+        super().__init__(line)
+        self.on = on
+
+    def __call__(self) -> str | None:
+        return self.line if self.on else None
+
+    def _new_line(self, line: str) -> FenceLine:
+        return FenceLine(line, self.on)
+
+
+def store_line(kernel, name: str, var: str, index: sympy.Expr, value, dtype):
+    """How ``CppVecKernel.store`` wraps the lines of a plain store of
+    ``value`` to ``name``: ``DeferredLine``, or ``StreamStoreLine`` for a full
+    contiguous float32 vector (the one-line ``vec.store(ptr)`` form)."""
+    plain = functools.partial(DeferredLine, name)
+    tiling_var = kernel.itervars[kernel.tiling_idx]
+    if (
+        dtype != torch.float32
+        or kernel.tail_size is not None
+        or free_symbol_is_type(index, SymT.TMP)  # indirect: stored lane by lane
+        or stride_at_vec_range(index, tiling_var, kernel.tiling_factor) != 1
+    ):
+        return plain
+    address = f"{var} + {cexpr_index(index)}"
+    store = _Store(
+        name,
+        store=f"{value}.store({address});",
+        stream=f"{helpers.STREAM_STORE}({address}, {value});",
+    )
+    return lambda line: StreamStoreLine(name, line, store)
+
+
+def reduction_store_line(kernel, name, var, index, value, dtype):
+    """``store_line`` for ``CppVecKernel.store_reduction``: a vertical
+    reduction stores a vector (a horizontal one stores a scalar)."""
+    if kernel.tiling_idx >= kernel.reduction_depth:
+        return functools.partial(DeferredLine, name)
+    return store_line(kernel, name, var, index, value, dtype)
+
+
+def fence_parallel_region(code: IndentedBuffer) -> None:
+    """Called by ``WorkSharing`` before it closes a ``#pragma omp parallel``
+    block: each thread fences its own streaming stores before the region's
+    closing barrier publishes them (the fence after the loops only covers
+    the calling thread)."""
+    code.writeline(FenceLine(_FENCE))
+
+
+def plan_streaming(kernel_group) -> list[str]:
+    """Decide which buffers of the kernel group stream; the lines that end
+    the kernel (a fence) if any does.  The stores and fences are the
+    group's own lines (``StreamStoreLine``, ``FenceLine``) in its loops."""
     args = kernel_group.args
+    lines = kernel_group.loops_code.get_lines_ref()
+    stores = [
+        line.store
+        for line in lines
+        if isinstance(line, StreamStoreLine) and not is_buffer_removed(line.name)
+    ]
+    fences = [line for line in lines if isinstance(line, FenceLine)]
+    for store in stores:
+        store.streamed = False
+    if not stores or not has_streaming_stores(cpu_vec_isa.pick_vec_isa()):
+        return []
     if cold_footprint_bytes(args) < last_level_cache_bytes():
-        return loops_code
-    lines = loops_code._lines
-    streamed = _streamable_pointers(args, lines)
+        return []
+    streamed = _streamable_buffers(kernel_group, {s.name for s in stores})
     if not streamed:
-        return loops_code
-    out = IndentedBuffer()
-    for line in lines:
-        text = line_text(line)
-        match = _VECTOR_STORE.match(text.strip()) if text else None
-        if match and match["ptr"] in streamed:
-            indent = text[: len(text) - len(text.lstrip())]
-            text = (
-                f"{indent}{helpers.STREAM_STORE}({match['ptr']} + {match['index']}, "
-                f"{match['value']});"
-            )
-            # stores are DeferredLines (dropped if their buffer is removed)
-            line = line._new_line(text) if isinstance(line, DeferredLineBase) else text
-        out._lines.append(line)
-    fenced = _fence_parallel_regions(out._lines)
-    if fenced is None:
-        return loops_code
-    out._lines = fenced
-    out.writeline(_FENCE)
+        return []
+    for store in stores:
+        store.streamed = store.name in streamed
+    for fence in fences:
+        fence.on = True
     helpers.use(args, helpers.STREAM_STORE)
     helpers.use(args, helpers.STREAM_FENCE)
-    return out
+    return [_FENCE]
 
 
-def _fence_parallel_regions(lines: list) -> list | None:
-    """``lines`` with a fence at the end of every ``#pragma omp parallel`` block.
+def has_streaming_stores(isa) -> bool:
+    """Whether the vector ISA has non-temporal vector stores (the helper's
+    guarded intrinsics): x86's AVX512 and AVX2."""
+    return isinstance(isa, (cpu_vec_isa.VecAVX512, cpu_vec_isa.VecAVX2))
 
-    Each thread must fence its own streaming stores before the region's
-    closing barrier: the fence after the loops only covers the calling
-    thread.  None if a region is not a braced block.
-    """
-    result = []
-    closing: list[str] = []  # the closing-brace lines of the open regions
-    for index, line in enumerate(lines):
-        text = line_text(line)
-        if closing and text == closing[-1]:
-            result.append(text.replace("}", "    " + _FENCE))
-            closing.pop()
-        result.append(line)
-        if text.strip().startswith("#pragma omp parallel"):
-            opening = line_text(lines[index + 1]) if index + 1 < len(lines) else ""
-            if opening.strip() != "{":
-                return None
-            closing.append(opening.replace("{", "}"))
-    return None if closing else result
+
+def _streamable_buffers(kernel_group, stored: set[str]) -> set[str]:
+    """The stored buffers that are large float32 outputs no node of the group
+    reads."""
+    args = kernel_group.args
+    read = {
+        memory_of_buffer(args, dep.name)
+        for node in kernel_group.scheduled_nodes
+        for dep in node.read_writes.reads
+    }
+    min_bytes = last_level_cache_bytes() // MIN_STREAMED_FRACTION
+    result = set()
+    for name in stored:
+        if is_buffer_removed(name) or memory_of_buffer(args, name) in read:
+            continue
+        names = names_of_memory(args, name)
+        if all(
+            _dtype(n) == torch.float32 and buffer_bytes(n) >= min_bytes for n in names
+        ):
+            result.add(name)
+    return result
+
+
+def names_of_memory(args, name: str) -> list[str]:
+    """The graph buffers that share ``name``'s memory (an in-place pair)."""
+    memory = memory_of_buffer(args, name)
+    return [
+        n
+        for n in dict.fromkeys((name, *args.inplace_buffers))
+        if memory_of_buffer(args, n) == memory
+    ]
 
 
 @functools.cache
@@ -144,57 +241,6 @@ def last_level_cache_bytes() -> int:
         elif text.isdigit():
             sizes.append(int(text))
     return max(sizes, default=_FALLBACK_LLC_BYTES)
-
-
-def _streamable_pointers(args, lines) -> set[str]:
-    """Output pointers of large float32 buffers that the kernel only stores."""
-    stored: set[str] = set()
-    other_uses: set[str] = set()
-    for line in lines:
-        text = line_text(line)
-        match = _VECTOR_STORE.match(text.strip())
-        if match:
-            stored.add(match["ptr"])
-            other_uses.update(_pointers_in(match["index"]))
-        elif not _ANY_VECTOR_STORE.match(text.strip()):  # a tail store is no read
-            other_uses.update(_pointers_in(text))
-    result = set()
-    min_bytes = last_level_cache_bytes() // MIN_STREAMED_FRACTION
-    used = {memory_of(args, p) for p in other_uses}
-    for pointer in stored:
-        names = buffer_names(args, pointer)
-        if not names or memory_of(args, pointer) in used:
-            continue
-        if all(
-            _dtype(name) == torch.float32 and buffer_bytes(name) >= min_bytes
-            for name in names
-        ):
-            result.add(pointer)
-    return result
-
-
-def line_text(line) -> str:
-    if isinstance(line, str):
-        return line
-    if isinstance(line, DeferredLineBase):
-        return line.line
-    return ""  # a LineContext
-
-
-def _pointers_in(text: str) -> set[str]:
-    return set(re.findall(r"\b(?:in_ptr|out_ptr|in_out_ptr)\d+\b", text))
-
-
-def buffer_names(args, pointer: str) -> list[str]:
-    """The graph buffers a kernel argument pointer stands for."""
-    names = [n for n, p in args.input_buffers.items() if p == pointer]
-    names += [n for n, p in args.output_buffers.items() if p == pointer]
-    names += [
-        n
-        for n, b in args.inplace_buffers.items()
-        if getattr(b, "inner_name", None) == pointer
-    ]
-    return names
 
 
 def footprint_bytes(args) -> int:
