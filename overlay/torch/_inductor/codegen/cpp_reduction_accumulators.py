@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import re
 import weakref
 
 import sympy
@@ -76,9 +75,10 @@ MIN_ITERATIONS_PER_ACCUMULATOR = 8
 CASCADE_CHUNK = 4096
 ROTATABLE_REDUCTIONS = ("sum", "max", "min")
 ROTATABLE_DTYPES = (torch.float32, torch.float64)
-# Ops whose cost per element dwarfs an add's latency.
-TRANSCENDENTAL = re.compile(
-    r"\b(exp\w*|expm1|log\w*|erfc?\w*|tanh|sigmoid|sinh?|cosh?|tan|atan\w*|pow)\("
+# Ops whose cost per element dwarfs an add's latency (LoopBody op names).
+TRANSCENDENTAL_PREFIXES = ("exp", "log", "erf", "atan")
+TRANSCENDENTAL_OPS = frozenset(
+    ("tanh", "sigmoid", "sin", "sinh", "cos", "cosh", "tan", "pow")
 )
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
@@ -116,8 +116,14 @@ def keeps_acc_helper(stock_decision: bool, reduction_type: str, count: int) -> b
     return stock_decision
 
 
-def add_accumulators(kernel, acc_vec: str, acc_type_vec: str, reduction_type: str,
-                     dtype: torch.dtype, count: int) -> None:
+def add_accumulators(
+    kernel,
+    acc_vec: str,
+    acc_type_vec: str,
+    reduction_type: str,
+    dtype: torch.dtype,
+    count: int,
+) -> None:
     """Declare, rotate and finally combine count - 1 extra accumulators.
 
     Writes into the kernel's buffers: the declarations where stock declares
@@ -137,11 +143,14 @@ def add_accumulators(kernel, acc_vec: str, acc_type_vec: str, reduction_type: st
     kernel.stores.writeline(_rotation(acc_vec, slots))
     _ROTATING[kernel] = count
     kernel.non_parallel_reduction_suffix.writeline(
-        _combine(kernel, reduction_type, acc_vec, slots))
+        _combine(kernel, reduction_type, acc_vec, slots)
+    )
     kernel.local_reduction_stores.writeline(
-        _combine(kernel, reduction_type, f"{acc_vec}_local", slots))
-    fusion_log.debug("%s reduction into %s uses %d accumulators",
-                     reduction_type, acc_vec, count)
+        _combine(kernel, reduction_type, f"{acc_vec}_local", slots)
+    )
+    fusion_log.debug(
+        "%s reduction into %s uses %d accumulators", reduction_type, acc_vec, count
+    )
 
 
 def unroll_rotated_loop(loop_lines: list[str], loop_nest, depth: int) -> list[str]:
@@ -185,8 +194,36 @@ def _combine(kernel, reduction_type: str, acc: str, slots: list[str]) -> str:
 
 
 def _has_transcendental(kernel) -> bool:
-    """Whether the loop body computed so far calls an expensive function."""
-    return TRANSCENDENTAL.search(kernel.compute.getvalue()) is not None
+    """Whether the loop body computed so far calls an expensive function.
+
+    "So far": the ops of the nodes this kernel has run, up to the one whose
+    reduction is being generated (the kernel's loop body), from their
+    LoopBody op counts.
+    """
+    return any(_is_transcendental(op) for op in _ops_so_far(kernel.current_node))
+
+
+def _is_transcendental(op: str) -> bool:
+    if op.startswith("logical_"):
+        return False
+    return op in TRANSCENDENTAL_OPS or op.startswith(TRANSCENDENTAL_PREFIXES)
+
+
+def _ops_so_far(node) -> set[str]:
+    """Op names of the nodes of ``node``'s kernel, up to and including it."""
+    from ..virtualized import V
+
+    if node is None:
+        return set()
+    group = V.graph.scheduler.name_to_fused_node.get(node.get_name(), node)
+    if hasattr(group, "get_outer_nodes"):  # one kernel per outer-loop member
+        group = next(m for m in group.get_outer_nodes() if node in m.get_nodes())
+    ops: set[str] = set()
+    for snode in group.get_nodes():
+        ops.update(snode._body.op_counts)
+        if snode is node:
+            break
+    return ops
 
 
 def _is_plain_vec_kernel(kernel) -> bool:
@@ -199,7 +236,7 @@ def _is_plain_vec_kernel(kernel) -> bool:
 
 def _vector_iterations_per_row(kernel) -> int:
     """Static count of full-vector combines per reduction row, else 0."""
-    ranges = kernel.call_ranges[kernel.reduction_depth:]
+    ranges = kernel.call_ranges[kernel.reduction_depth :]
     reduction_size = functools.reduce(operator.mul, ranges, sympy.Integer(1))
     tiled = kernel.call_ranges[kernel.tiling_idx]
     if not all(isinstance(r, (int, sympy.Integer)) for r in (reduction_size, tiled)):
