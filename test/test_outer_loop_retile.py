@@ -203,15 +203,19 @@ def _stacked_terms(feats, rates, shift, scale):
     return torch.stack([centered, e, centered * e], dim=-1)
 
 
-@requires_vectors  # stock's fallback comes from vector tiling
-def test_no_local_buffer_under_a_vector_tiled_outer_loop():
+def _stacked_terms_args():
     torch.manual_seed(0)
-    args = (
+    return (
         torch.randn(4, 8, 64) * 0.1,
         torch.randn(4, 8) * 0.1,
         torch.randn(8) * 0.1,
         torch.zeros(8),
     )
+
+
+@requires_vectors  # stock's fallback comes from vector tiling
+def test_no_local_buffer_under_a_vector_tiled_outer_loop():
+    args = _stacked_terms_args()
     expected = _stacked_terms(*args)
     # stock 2.13.0: all rows share one local buffer slot set -> wrong values
     stock_out, stock = compile_and_run(_stacked_terms, args, overlay=False)
@@ -226,13 +230,7 @@ def test_no_local_buffer_under_a_vector_tiled_outer_loop():
 def test_the_local_buffer_check_needs_no_retiling():
     # cpp.outer_loop_local_buffer_check alone: the attempt is dropped and
     # stock's fallback (separate loop nests) matches eager
-    torch.manual_seed(0)
-    args = (
-        torch.randn(4, 8, 64) * 0.1,
-        torch.randn(4, 8) * 0.1,
-        torch.randn(8) * 0.1,
-        torch.zeros(8),
-    )
+    args = _stacked_terms_args()
     only_the_check = compile_and_inspect(
         _stacked_terms,
         args,
