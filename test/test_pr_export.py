@@ -153,8 +153,13 @@ def test_tests_in_upstream_layout_and_self_contained(export, tmp_path):
         assert not re.search(r"^\s*import pytest", text, re.M)
         assert "from torch._inductor.test_case import run_tests, TestCase" in text
         assert 'if __name__ == "__main__":\n    run_tests()' in text
-        classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
-        assert [ast.unparse(b) for b in classes[0].bases] == ["TestCase"]
+        classes = [
+            n
+            for n in tree.body
+            if isinstance(n, ast.ClassDef)
+            and [ast.unparse(b) for b in n.bases] == ["TestCase"]
+        ]
+        assert len(classes) == 1, test.dest  # helper classes may sit beside it
         methods = {n.name for n in classes[0].body if isinstance(n, ast.FunctionDef)}
         source = (REPO_ROOT / test.source).read_text()
         wanted = {
