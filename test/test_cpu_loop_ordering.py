@@ -30,17 +30,16 @@ from compile_utils import (
 
 # Loop ordering after fusion without the outer-loop features (0002-0004,
 # 0006, 0007, 0009, 0011, 0012), whose decisions it would otherwise mix with.
-OUTER_LOOP_FLAGS = (
-    "outer_loop_fusion_retile",
-    "outer_loop_split",
-    "two_step_variance_in_cache",
-    "outer_loop_local_buffer_check",
-    "realize_reused_erf",
-    "outer_loop_regroup",
-    "outer_block_fusion",
-    "block_local_buffers",
-)
-LOOP_ORDERING_ONLY = {f"cpp.{name}": False for name in OUTER_LOOP_FLAGS}
+LOOP_ORDERING_ONLY = {
+    "cpp.outer_loop_fusion_retile": False,
+    "cpp.outer_loop_split": False,
+    "cpp.two_step_variance_in_cache": False,
+    "cpp.outer_loop_local_buffer_check": False,
+    "cpp.realize_reused_erf": False,
+    "cpp.outer_loop_regroup": False,
+    "cpp.outer_block_fusion": False,
+    "cpp.block_local_buffers": False,
+}
 
 
 def channels_last_layernorm():

@@ -11,18 +11,17 @@ trip count is not a positive constant.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import types
 
-import pytest
 import sympy
 import torch
-from torch._inductor.codegen.common import InplacedBuffer, KernelArgs
 import torch._inductor.codegen.cpp_invariant_loads as invariant
+from compile_utils import compile_shipped_and_inspect
+from torch._inductor.codegen.common import InplacedBuffer, KernelArgs
 from torch._inductor.utils import IndentedBuffer
 from torch._inductor.virtualized import V
-
-from compile_utils import compile_shipped_and_inspect
 
 X0, X1 = sympy.symbols("x0 x1", integer=True, nonnegative=True)
 HOIST_OFF = {"cpp.hoist_invariant_loads": False}
@@ -81,15 +80,14 @@ def _kernel(stores: set[str], args: KernelArgs | None = None):
 
 
 def _candidate(kernel, name: str, index: sympy.Expr):
-    candidate = invariant._Candidate(
-        kernel.loads, name, index, f"{name}[{index}]"
-    )
+    candidate = invariant._Candidate(kernel.loads, name, index, f"{name}[{index}]")
     invariant._candidates[kernel] = [candidate]
     return candidate
 
 
-@pytest.fixture
-def no_graph():
+@contextlib.contextmanager
+def _no_graph():
+    """A graph handler without a scheduler, for kernels built by hand."""
     graph = types.SimpleNamespace(
         scheduler=None, removed_buffers=set(), inplaced_to_remove=set()
     )
@@ -101,42 +99,46 @@ def _inner_loop(var=X1):
     return types.SimpleNamespace(var=var)
 
 
-def test_load_is_moved_and_read_from_the_local_copy(no_graph):
-    kernel = _kernel(stores={"buf2"})
-    candidate = _candidate(kernel, "buf1", X0)
-    hoisted = invariant._plan([kernel], _inner_loop())
-    assert hoisted.getvalue().strip() == "auto invariant0 = buf1[x0];"
-    line = invariant.InvariantLoadLine("buf1", "auto tmp1 = buf1[x0];", candidate)
-    assert line() == "auto tmp1 = invariant0;"
+def test_load_is_moved_and_read_from_the_local_copy():
+    with _no_graph():
+        kernel = _kernel(stores={"buf2"})
+        candidate = _candidate(kernel, "buf1", X0)
+        hoisted = invariant._plan([kernel], _inner_loop())
+        assert hoisted.getvalue().strip() == "auto invariant0 = buf1[x0];"
+        line = invariant.InvariantLoadLine("buf1", "auto tmp1 = buf1[x0];", candidate)
+        assert line() == "auto tmp1 = invariant0;"
 
 
-def test_memory_the_kernel_writes_is_not_moved(no_graph):
-    kernel = _kernel(stores={"buf1"})
-    candidate = _candidate(kernel, "buf1", X0)
-    assert not invariant._plan([kernel], _inner_loop()).getvalue()
-    assert candidate.local is None
+def test_memory_the_kernel_writes_is_not_moved():
+    with _no_graph():
+        kernel = _kernel(stores={"buf1"})
+        candidate = _candidate(kernel, "buf1", X0)
+        assert not invariant._plan([kernel], _inner_loop()).getvalue()
+        assert candidate.local is None
 
 
-def test_memory_written_through_an_in_place_alias_is_not_moved(no_graph):
-    # buf0 was loaded as out_ptr0 before buf1 was made to reuse its memory
-    # (in_out_ptr0): the kernel's store to buf1 writes what the load reads.
-    args = KernelArgs()
-    args.output_buffers["buf0"] = "out_ptr0"
-    args.inplace_buffers["buf0"] = args.inplace_buffers["buf1"] = InplacedBuffer(
-        "in_out_ptr0", ["buf0", "buf1"]
-    )
-    kernel = _kernel(stores={"buf1"}, args=args)
-    _candidate(kernel, "buf0", X0)
-    assert not invariant._plan([kernel], _inner_loop()).getvalue()
+def test_memory_written_through_an_in_place_alias_is_not_moved():
+    with _no_graph():
+        # buf0 was loaded as out_ptr0 before buf1 was made to reuse its memory
+        # (in_out_ptr0): the kernel's store to buf1 writes what the load reads.
+        args = KernelArgs()
+        args.output_buffers["buf0"] = "out_ptr0"
+        args.inplace_buffers["buf0"] = args.inplace_buffers["buf1"] = InplacedBuffer(
+            "in_out_ptr0", ["buf0", "buf1"]
+        )
+        kernel = _kernel(stores={"buf1"}, args=args)
+        _candidate(kernel, "buf0", X0)
+        assert not invariant._plan([kernel], _inner_loop()).getvalue()
 
 
-def test_index_must_not_use_the_inner_variable_or_a_computed_value(no_graph):
-    kernel = _kernel(stores=set())
-    _candidate(kernel, "buf1", X1 + 8 * X0)
-    assert not invariant._plan([kernel], _inner_loop(X1)).getvalue()
-    assert invariant._plan([kernel], _inner_loop(sympy.Symbol("x2"))).getvalue()
-    kernel.args.sizevars[sympy.Symbol("s0")] = "ks0"
-    names_only = invariant.names_only_loops_and_sizes
-    assert names_only(kernel, sympy.Symbol("ks0") * X0)
-    assert not names_only(kernel, sympy.Symbol("tmp3"))  # an indirect index
-    assert not names_only(kernel, sympy.Symbol("x1_tail"))
+def test_index_must_not_use_the_inner_variable_or_a_computed_value():
+    with _no_graph():
+        kernel = _kernel(stores=set())
+        _candidate(kernel, "buf1", X1 + 8 * X0)
+        assert not invariant._plan([kernel], _inner_loop(X1)).getvalue()
+        assert invariant._plan([kernel], _inner_loop(sympy.Symbol("x2"))).getvalue()
+        kernel.args.sizevars[sympy.Symbol("s0")] = "ks0"
+        names_only = invariant.names_only_loops_and_sizes
+        assert names_only(kernel, sympy.Symbol("ks0") * X0)
+        assert not names_only(kernel, sympy.Symbol("tmp3"))  # an indirect index
+        assert not names_only(kernel, sympy.Symbol("x1_tail"))

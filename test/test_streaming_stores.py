@@ -9,6 +9,7 @@ with eager, which stores are streamed, and the guards.
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 import pytest
@@ -96,10 +97,16 @@ def test_scalar_kernels_store_as_before(cache_of):
     assert "Vectorized" not in on.code
     assert on.kernels == off.kernels
 
+
 @pytest.fixture
 def large_float_buffers(monkeypatch):
     monkeypatch.setattr(streaming, "buffer_bytes", lambda name: 64 << 20)
     monkeypatch.setattr(streaming, "_dtype", lambda name: torch.float32)
+
+
+@contextlib.contextmanager
+def _no_graph():
+    """A graph handler without a scheduler, for kernel groups built by hand."""
     graph = types.SimpleNamespace(
         scheduler=None, removed_buffers=set(), inplaced_to_remove=set()
     )
@@ -130,24 +137,27 @@ def test_cache_size_can_be_set(monkeypatch):
 
 
 def test_output_the_kernel_reads_back_is_not_streamed(large_float_buffers):
-    assert streaming._streamable_buffers(_group({"arg0_1"}), {"buf0"}) == {"buf0"}
-    read_back = _group({"arg0_1"}, {"buf0"})
-    assert streaming._streamable_buffers(read_back, {"buf0"}) == set()
+    with _no_graph():
+        assert streaming._streamable_buffers(_group({"arg0_1"}), {"buf0"}) == {"buf0"}
+        read_back = _group({"arg0_1"}, {"buf0"})
+        assert streaming._streamable_buffers(read_back, {"buf0"}) == set()
 
 
 def test_output_read_through_an_in_place_alias_is_not_streamed(large_float_buffers):
-    # buf1 reuses buf0's memory (in_out_ptr0): a read of buf0 reads buf1
-    group = _group({"buf0"})
-    group.args.inplace_buffers["buf0"] = group.args.inplace_buffers["buf1"] = (
-        InplacedBuffer("in_out_ptr0", ["buf0", "buf1"])
-    )
-    assert streaming._streamable_buffers(group, {"buf1"}) == set()
+    with _no_graph():
+        # buf1 reuses buf0's memory (in_out_ptr0): a read of buf0 reads buf1
+        group = _group({"buf0"})
+        group.args.inplace_buffers["buf0"] = group.args.inplace_buffers["buf1"] = (
+            InplacedBuffer("in_out_ptr0", ["buf0", "buf1"])
+        )
+        assert streaming._streamable_buffers(group, {"buf1"}) == set()
 
 
 def test_small_output_is_not_streamed(large_float_buffers, monkeypatch, cache_of):
-    cache_of(32 << 20)  # outputs under 1 MiB stay in cache
-    monkeypatch.setattr(streaming, "buffer_bytes", lambda name: 64 << 10)
-    assert streaming._streamable_buffers(_group(set()), {"buf0"}) == set()
+    with _no_graph():
+        cache_of(32 << 20)  # outputs under 1 MiB stay in cache
+        monkeypatch.setattr(streaming, "buffer_bytes", lambda name: 64 << 10)
+        assert streaming._streamable_buffers(_group(set()), {"buf0"}) == set()
 
 
 def test_a_store_line_streams_only_once_planned():
