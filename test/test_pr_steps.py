@@ -19,7 +19,7 @@ from tools import pr
 from tools.patchset import load_overlay_files, load_series
 from tools.pr_slice import Slicer, SliceError, imports_in_text
 from tools.pr_steps import FAILED, PASSED, SKIPPED, overlay_tree, junit_outcomes
-from tools.pr_tests import drop_absent_flags, to_upstream
+from tools.pr_tests import TestExportError, drop_absent_flags, to_upstream
 
 COSTS = textwrap.dedent(
     '''\
@@ -200,6 +200,24 @@ def test_a_pytest_file_becomes_a_testcase_file_that_runs(tmp_path):
     for name in ("test_counts_one", "test_counts_two", "test_raises_a_1_b_2"):
         assert name in proc.stderr
     assert "Ran 5 tests" in proc.stderr
+
+
+def test_a_yielding_fixture_is_refused():
+    text = textwrap.dedent(
+        """\
+        import pytest
+
+        @pytest.fixture
+        def graph():
+            with open("x") as f:
+                yield f
+
+        def test_uses(graph):
+            assert graph
+        """
+    )
+    with pytest.raises(TestExportError, match="fixture graph yields"):
+        to_upstream(text, "test/test_made_up.py", "test/inductor/test_cpu_x.py", set())
 
 
 def test_junit_outcomes_per_test_function(tmp_path):

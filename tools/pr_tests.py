@@ -12,7 +12,8 @@ flag the series has not added yet (`"cpp.x": False` before the patch adding
   become ``name_fn`` or ``subtest`` names) and the class is passed to
   ``instantiate_parametrized_tests``; ``pytest.mark.skipif`` becomes
   ``unittest.skipIf``, a module's ``pytestmark`` a class decorator;
-- fixtures become methods the test calls first; ``monkeypatch.setattr`` /
+- fixtures become methods the test calls first (a fixture that yields is
+  refused: its teardown has no place there); ``monkeypatch.setattr`` /
   ``setenv`` become ``unittest.mock.patch`` contexts of the test;
   ``pytest.raises`` becomes ``assertRaises`` / ``assertRaisesRegex``;
 - ``assert`` statements become ``assertEqual``, ``assertIn``, ... and, on
@@ -368,6 +369,18 @@ def class_name(dest: str) -> str:
     return "".join(special.get(w, w.capitalize()) for w in words) + "Tests"
 
 
+def _is_generator(func: ast.FunctionDef) -> bool:
+    """Whether func's own body yields (nested functions do not count)."""
+    stack: list[ast.AST] = list(func.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def to_upstream(text: str, rel: str, dest: str, overlay_files: set[str]) -> str:
     """A (cut) pytest test file of ours as an upstream TestCase file."""
     source = source_of(rel, text, overlay_files)
@@ -420,6 +433,13 @@ def to_upstream(text: str, rel: str, dest: str, overlay_files: set[str]) -> str:
             )
             continue
         assert isinstance(node, ast.FunctionDef)
+        if is_fixture and _is_generator(node):
+            # self.fixture() would return a generator: its setup would never
+            # run and the test would get the generator, not the value
+            raise TestExportError(
+                f"{rel}: fixture {node.name} yields; write it as a context "
+                "manager the test enters, or return its value"
+            )
         edits = [e for e in edits if not _inside_decorators(e, node, t)]
         for decorator in node.decorator_list:
             start, end = t.span(decorator)
