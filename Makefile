@@ -23,7 +23,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes bench-models bench-compile-time fuzz fuzz-mutants build wheel rebase-check pr lint upstream-test clean
+.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes bench-models bench-compile-time bench-counts fuzz fuzz-mutants build wheel rebase-check pr lint upstream-test clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -37,6 +37,7 @@ help:
 	@echo "make bench-shapes  the same over normalizations of many shapes"
 	@echo "make bench-models  random-init transformers/diffusers models and their norms"
 	@echo "make bench-compile-time  CPU seconds of compiling: stock, loop ordering off, shipped"
+	@echo "make bench-counts  instructions and cache misses where patched code differs from stock"
 	@echo "                 and softmaxes at the models' shapes (BENCH_MODELS_ARGS=--quick)"
 	@echo "make fuzz        random programs: eager vs overlay flags off vs on (FUZZ_SECONDS,"
 	@echo "                 FUZZ_EXAMPLES, FUZZ_SEED, FUZZ_PROFILE, FUZZ_WORKERS, FUZZ_COVERAGE=1,"
@@ -135,6 +136,14 @@ bench-shapes: install
 COMPILE_TIME_ARGS ?=
 bench-compile-time: install
 	$(VENV_PY) -m tools.compile_time $(COMPILE_TIME_ARGS)
+
+# make bench-counts: tools/bench_counts.py (valgrind; deterministic counts
+# where the generated C++ differs from stock).  BENCH_COUNTS_ARGS e.g.
+# --suite shapes --check
+BENCH_COUNTS_ARGS ?=
+bench-counts: install
+	@command -v valgrind >/dev/null || { echo "bench-counts needs valgrind (apt-get install valgrind)"; exit 2; }
+	$(VENV_PY) -m tools.bench_counts $(BENCH_COUNTS_ARGS)
 
 # make bench-models: tools/bench_models.py.  transformers and diffusers build
 # random-init models from configs (no weights downloaded); pip may not move

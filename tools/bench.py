@@ -240,7 +240,7 @@ def _compile(fn, args, overlay: bool, fullgraph: bool = False):
     from tools.loopnest import count_nests
 
     # patched = the overlay as shipped: its flags at their defaults
-    # (re-tiling on, loop ordering after fusion off); stock = all flags off.
+    # (every flag on); stock = all flags off.
     flags: dict = {"force_disable_caches": True}
     if not overlay:
         flags.update(overlay_flags.config_patch(False))

@@ -95,6 +95,20 @@ def _group(line: str) -> str:
 
 
 def summarize(out: Path, calls: int, numel: int) -> str:
+    totals, groups = read_counts(out)
+    lines = [f"per call: {totals['Ir'] / calls:,.0f} Ir, "
+             f"{totals['Ir'] / calls / numel:.3f} per element"]
+    for group, ir in groups.most_common():
+        per_call = ir / calls
+        lines.append(f"  {group:40s} {per_call:>12,.0f}  {per_call / numel:.3f}/elem")
+    misses = ", ".join(f"{e} {totals.get(e, 0) / calls:,.0f}"
+                       for e in ("D1mr", "D1mw", "DLmr", "DLmw"))
+    lines.append(f"  misses per call: {misses}")
+    return "\n".join(lines)  # fmt: skip
+
+
+def read_counts(out: Path) -> tuple[dict[str, int], collections.Counter[str]]:
+    """The dump's event totals, and its instructions per group of code."""
     text = subprocess.run(
         ["callgrind_annotate", "--threshold=100", "--auto=no", str(out)],
         capture_output=True, text=True, check=True,
@@ -115,15 +129,7 @@ def summarize(out: Path, calls: int, numel: int) -> str:
             totals = dict(zip(events, (int(n.replace(",", "")) for n in nums)))
         else:
             groups[_group(line)] += ir
-    lines = [f"per call: {totals['Ir'] / calls:,.0f} Ir, "
-             f"{totals['Ir'] / calls / numel:.3f} per element"]
-    for group, ir in groups.most_common():
-        per_call = ir / calls
-        lines.append(f"  {group:40s} {per_call:>12,.0f}  {per_call / numel:.3f}/elem")
-    misses = ", ".join(f"{e} {totals.get(e, 0) / calls:,.0f}"
-                       for e in ("D1mr", "D1mw", "DLmr", "DLmw"))
-    lines.append(f"  misses per call: {misses}")
-    return "\n".join(lines)  # fmt: skip
+    return totals, groups
 
 
 def _prepare() -> dict[str, str]:
