@@ -432,8 +432,11 @@ def merge_loops_to_fuse(node1, node2) -> bool:
     pairs that stock fuses.  Here both nodes are merged as stock would have,
     if the merged groups fuse by the C++ backend's group rules; the caller,
     ``Scheduler.can_fuse``, rolls the merge back when the fusion is rejected.
+    Asked outside ``can_fuse`` (fusion pairs ranked by
+    ``get_fusion_pair_priority``), where nothing would roll a merge back, the
+    nodes are left as they are and the answer is False.
     """
-    if not enabled_for_nodes(node1, node2):
+    if not enabled_for_nodes(node1, node2) or not _under_rollback_scope(node1, node2):
         return False
     merged = [_merged_group(node) for node in (node1, node2)]
     if None in merged or merged == [node1.group[1], node2.group[1]]:
@@ -449,6 +452,19 @@ def merge_loops_to_fuse(node1, node2) -> bool:
         merged,
     )
     return True
+
+
+def _under_rollback_scope(*nodes) -> bool:
+    """True inside Scheduler.can_fuse, whose loop mutation tracker listens on
+    every leaf node and undoes the loop changes of a rejected fusion."""
+    from .scheduler import SchedulerNode
+
+    return all(
+        sn._loop_mutation_listener is not None
+        for node in nodes
+        for sn in node.get_nodes()
+        if isinstance(sn, SchedulerNode)
+    )
 
 
 def _groups_fuse(group1, group2) -> bool:
