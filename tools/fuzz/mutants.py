@@ -264,7 +264,8 @@ MUTANTS = (
         "0005",  # 0015's merge to fuse, behind 0005's flag
         "merge-outside-rollback",
         LOAF,
-        "if not enabled_for_nodes(node1, node2) or not _under_rollback_scope(node1, node2):",
+        "if not enabled_for_nodes(node1, node2)"
+        " or not _under_rollback_scope(node1, node2):",
         "if not enabled_for_nodes(node1, node2):",
         "rollback",
         equivalent="merge_loops merges loops in their visiting order: a merge made "
