@@ -143,6 +143,39 @@ def test_reorder_that_strides_the_inner_loop_is_rolled_back():
     assert on.kernels == off.kernels
 
 
+def test_reorder_cost_guard_leaves_the_nodes_untouched(monkeypatch):
+    # The guard measures the new order on reordered copies of the loop
+    # bodies: whatever it answers, the nodes keep their body, sizes, group
+    # and deps (a reorder it accepts is applied by the scheduler afterwards).
+    guard = cpp_loop_ordering.reorder_is_worthwhile
+    answers = []
+
+    def checked_guard(node, new_order):
+        snodes = [sn for sn in node.get_nodes() if isinstance(sn, SchedulerNode)]
+        before = [sn.snapshot_loop_state() for sn in snodes]
+        answer = guard(node, new_order)
+        after = [sn.snapshot_loop_state() for sn in snodes]
+        assert all(map(_same_objects, before, after))
+        answers.append(answer)
+        return answer
+
+    monkeypatch.setattr(cpp_loop_ordering, "reorder_is_worthwhile", checked_guard)
+    softmax_dim0 = lambda x: torch.softmax(x, 0)  # noqa: E731
+    compile_and_inspect(
+        softmax_dim0, (torch.randn(512, 1024),), extra_config=LOOP_ORDERING_ONLY
+    )
+    compile_and_inspect(
+        lambda x: realize(x + 1).sum(dim=[0, 1]),
+        (torch.randn(2, 4, 512),),
+        extra_config=LOOP_ORDERING_ONLY,
+    )
+    assert False in answers and True in answers
+
+
+def _same_objects(state1, state2) -> bool:
+    return all(a is b for a, b in zip(state1, state2))
+
+
 def test_reorder_that_strides_a_cached_buffer_is_applied():
     # The same strided walk over a buffer that stays in cache moves no extra
     # memory: upstream's test_pw_outer_red, x + 1 then a sum over the two

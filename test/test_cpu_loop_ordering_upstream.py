@@ -12,8 +12,11 @@ loop nests, next to stock's (every overlay flag off), and agreement with eager.
 
 from __future__ import annotations
 
+import unittest.mock
+
 import torch
 from torch._inductor import metrics
+from torch._inductor.scheduler import Scheduler, SchedulerNode
 from torch._inductor.test_case import run_tests, TestCase
 from torch._inductor.test_operators import realize
 from torch.testing import FileCheck
@@ -55,6 +58,33 @@ class CpuLoopOrderingTest(TestCase):
 
         on, off = self.nests(sin_and_view, torch.randn(100))
         self.assertEqual((on.total_nests, off.total_nests), (1, 1))
+
+    def test_ranking_fusion_pairs_merges_no_loops(self):
+        # A producer over (10, 10) and its consumer over (100,) fuse only with
+        # merged loops.  Ranking fusion pairs (get_fusion_pair_priority) runs
+        # outside can_fuse, whose tracker would roll a merge back: asked there,
+        # the C++ rules must leave the nodes' loops as they are.
+        def add_then_sin_of_view(x):
+            return realize(x.view(10, 10) + 1).view(100).sin()
+
+        unchanged = []
+        fuse_nodes = Scheduler.fuse_nodes
+
+        def rank_pairs_then_fuse(scheduler, nodes):
+            snodes = [n for n in nodes if isinstance(n, SchedulerNode)]
+            backend = scheduler.get_backend(torch.device("cpu"))
+            for i, node1 in enumerate(snodes):
+                for node2 in snodes[i + 1 :]:
+                    before = [(n.get_ranges(), n.group) for n in (node1, node2)]
+                    backend.get_fusion_pair_priority(node1, node2)
+                    after = [(n.get_ranges(), n.group) for n in (node1, node2)]
+                    unchanged.append(before == after)
+            return fuse_nodes(scheduler, nodes)
+
+        with unittest.mock.patch.object(Scheduler, "fuse_nodes", rank_pairs_then_fuse):
+            on = compile_and_inspect(add_then_sin_of_view, (torch.randn(100),))
+        self.assertEqual(unchanged, [True])
+        self.assertEqual(on.total_nests, 1)
 
     def test_broadcast_operands_fuse_as_in_stock(self):
         # Upstream expects two Triton kernels; stock's C++ backend merges both

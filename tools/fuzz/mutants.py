@@ -260,6 +260,17 @@ MUTANTS = (
         "        if running >= product:",
         "bound",
     ),
+    Mutant(
+        "0005",  # 0015's merge to fuse, behind 0005's flag
+        "merge-outside-rollback",
+        LOAF,
+        "if not enabled_for_nodes(node1, node2)"
+        " or not _under_rollback_scope(node1, node2):",
+        "if not enabled_for_nodes(node1, node2):",
+        "rollback",
+        equivalent="merge_loops merges loops in their visiting order: a merge made "
+        "while fusion pairs are ranked changes loop shapes, not values",
+    ),
     # 0006 no local buffer under a tiled outer level
     Mutant(
         "0006",

@@ -13,6 +13,8 @@ the global ``config.loop_ordering_after_fusion``.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from . import config
@@ -54,7 +56,7 @@ def reindexing_enabled_for_nodes(*nodes) -> bool:
 def _recompute_group(snode) -> None:
     device = snode.node.get_device_or_error()
     group_fn = snode.scheduler.get_backend(device).group_fn
-    snode.group = (device, group_fn(snode._sizes))
+    snode.group = (device, group_fn(snode.get_ranges()))
 
 
 def _groups_agree(fused) -> bool:
@@ -216,19 +218,19 @@ def _merge_loops_below(snode, depth: int) -> None:
             [*iter_sizes[:depth], *inner_sizes], new_reduce_sizes, prefix="p"
         )
     )
-    snode._body = LoopBody(
-        body,
-        [
-            [*new_iter_vars[:depth], *inner_reindex(new_iter_vars[depth:])],
-            reduce_reindex(new_reduce_vars),
-        ],
-        var_ranges,
-        new_iter_vars,
-        new_reduce_vars,
-        allow_same_symbol_in_index=True,
+    snode.apply_loop_body(
+        LoopBody(
+            body,
+            [
+                [*new_iter_vars[:depth], *inner_reindex(new_iter_vars[depth:])],
+                reduce_reindex(new_reduce_vars),
+            ],
+            var_ranges,
+            new_iter_vars,
+            new_reduce_vars,
+            allow_same_symbol_in_index=True,
+        )
     )
-    snode._sizes = snode._body.sizes
-    snode.refresh_dependencies(normalize=True, need_clear_tiling_cache=False)
 
 
 def _prefix_with_product(sizes, product):
@@ -274,15 +276,19 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
     _, (group, reduction_group) = reduction.group
     target = [*group, *reduction_group]
     snodes = pointwise.get_nodes()
-    if not all(isinstance(sn, SchedulerNode) and not sn._sizes[1] for sn in snodes):
+    if not all(
+        isinstance(sn, SchedulerNode) and not sn.get_ranges()[1] for sn in snodes
+    ):
         return False
     sizevars = V.graph.sizevars
     if not all(
-        sizevars.statically_known_equals(math.prod(sn._sizes[0]), math.prod(target))
+        sizevars.statically_known_equals(
+            math.prod(sn.get_ranges()[0]), math.prod(target)
+        )
         for sn in snodes
     ):
         return False
-    if all(tuple(sn._sizes[0]) == tuple(target) for sn in snodes):
+    if all(tuple(sn.get_ranges()[0]) == tuple(target) for sn in snodes):
         return False
     snapshot = _LoopStateSnapshot.create((pointwise,))
     for sn in snodes:
@@ -339,23 +345,17 @@ def reorder_is_worthwhile(node, new_order) -> bool:
     Upstream's GPU reordering needed a rollback after a 6x slowdown; on CPU a
     reorder that makes the innermost loop walk a large output with a stride
     costs more than the fusion it enables (softmax over dim 0: 1.75x slower
-    than stock).  The order is tried, measured and restored.
+    than stock).  The deps of the new order are computed on reordered copies
+    of the loop bodies: the nodes are not touched.
     """
     from .scheduler import SchedulerNode
 
     snodes = [sn for sn in node.get_nodes() if isinstance(sn, SchedulerNode)]
     before = sum(strided_inner_bytes(sn, count_cached=False) for sn in snodes)
-    states = [sn.snapshot_loop_state() for sn in snodes]
-    listeners = [sn._loop_mutation_listener for sn in snodes]
-    for sn in snodes:
-        sn._loop_mutation_listener = None  # a trial, not a mutation to track
-        sn._body = sn._body.reorder_iter_loops(new_order)
-        sn._sizes = sn._body.sizes
-        sn.refresh_dependencies(normalize=False, need_clear_tiling_cache=False)
-    after = sum(strided_inner_bytes(sn, count_cached=False) for sn in snodes)
-    for sn, state, listener in zip(snodes, states, listeners):
-        sn.restore_loop_state(state)
-        sn._loop_mutation_listener = listener
+    after = sum(
+        strided_inner_bytes(_reordered(sn, new_order), count_cached=False)
+        for sn in snodes
+    )
     if after > before:
         loop_ordering_log.debug(
             "reorder %s of %s rejected: strided inner-loop bytes %d -> %d",
@@ -366,6 +366,18 @@ def reorder_is_worthwhile(node, new_order) -> bool:
         )
         return False
     return True
+
+
+def _reordered(snode, new_order) -> SimpleNamespace:
+    """What ``strided_inner_bytes`` reads of ``snode`` (its deps and its
+    scheduler), for its loops reordered to ``new_order``."""
+    from . import dependencies
+
+    body = snode._body.reorder_iter_loops(new_order)
+    read_writes = dependencies.extract_read_writes(
+        body, *body.sizes, normalize=False
+    ).rename(snode.mutation_renames)
+    return SimpleNamespace(read_writes=read_writes, scheduler=snode.scheduler)
 
 
 # --------------------------------------------------------------------------
@@ -420,8 +432,11 @@ def merge_loops_to_fuse(node1, node2) -> bool:
     pairs that stock fuses.  Here both nodes are merged as stock would have,
     if the merged groups fuse by the C++ backend's group rules; the caller,
     ``Scheduler.can_fuse``, rolls the merge back when the fusion is rejected.
+    Asked outside ``can_fuse`` (fusion pairs ranked by
+    ``get_fusion_pair_priority``), where nothing would roll a merge back, the
+    nodes are left as they are and the answer is False.
     """
-    if not enabled_for_nodes(node1, node2):
+    if not enabled_for_nodes(node1, node2) or not _under_rollback_scope(node1, node2):
         return False
     merged = [_merged_group(node) for node in (node1, node2)]
     if None in merged or merged == [node1.group[1], node2.group[1]]:
@@ -437,6 +452,19 @@ def merge_loops_to_fuse(node1, node2) -> bool:
         merged,
     )
     return True
+
+
+def _under_rollback_scope(*nodes) -> bool:
+    """True inside Scheduler.can_fuse, whose loop mutation tracker listens on
+    every leaf node and undoes the loop changes of a rejected fusion."""
+    from .scheduler import SchedulerNode
+
+    return all(
+        sn._loop_mutation_listener is not None
+        for node in nodes
+        for sn in node.get_nodes()
+        if isinstance(sn, SchedulerNode)
+    )
 
 
 def _groups_fuse(group1, group2) -> bool:
@@ -480,8 +508,8 @@ def _merge_for_fusion(node) -> None:
     from .scheduler import FusedSchedulerNode, refresh_group_node_dependencies
 
     for sn in _mergeable_members(node):
-        sn._before_loop_state_mutation()
-        sn.merge_loops()
+        # apply_loop_body tells can_fuse's rollback tracker, merge_loops not.
+        sn.apply_loop_body(sn._body.merge_loops())
         _recompute_group(sn)
     if isinstance(node, FusedSchedulerNode):
         node.group = max(node.snodes, key=lambda n: int(n.is_reduction())).group

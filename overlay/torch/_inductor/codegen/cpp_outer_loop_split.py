@@ -149,7 +149,10 @@ def _planned_split(
     sizes = _static_sizes(iter_sizes)
     if reduce_sizes or not sizes:
         return None
-    if any(tuple(sn._sizes[0]) != tuple(iter_sizes) or sn._sizes[1] for sn in leaves):
+    if any(
+        tuple(sn.get_ranges()[0]) != tuple(iter_sizes) or sn.get_ranges()[1]
+        for sn in leaves
+    ):
         return None  # members do not share one iteration space
     new_sizes = split_for_outer_extent(sizes, outer)
     if new_sizes is None or not _worth_splitting(producer, sizes, new_sizes):
