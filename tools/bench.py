@@ -130,6 +130,19 @@ def _workloads():
 
         return norm, (x,), 2 * nbytes(x)
 
+    def qknorm_interleaved_rope():  # RMS norm of q, then RoPE on its pairs
+        q, w = torch.randn(1, 32, 4096, 128), torch.randn(128)
+        cos, sin = torch.randn(1, 1, 4096, 64), torch.randn(1, 1, 4096, 64)
+
+        def qknorm_rope(q):
+            q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+            pairs = q.reshape(*q.shape[:-1], -1, 2)
+            a, b = pairs[..., 0], pairs[..., 1]
+            rotated = [a * cos - b * sin, a * sin + b * cos]
+            return torch.stack(rotated, dim=-1).flatten(-2)
+
+        return qknorm_rope, (q,), 2 * nbytes(q)
+
     def attention_softmax():
         q, k = torch.randn(8, 8, 256, 64), torch.randn(8, 8, 256, 64)
         mask = torch.randn(256, 256)
@@ -153,6 +166,7 @@ def _workloads():
             softmax_channels,
             l2norm_channels,
             channel_norm,
+            qknorm_interleaved_rope,
             attention_softmax,
         )
     ]

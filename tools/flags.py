@@ -35,6 +35,7 @@ FLAGS = (
     _flag("streaming_stores", True),
     _flag("outer_loop_prefetch", True),
     _flag("unroll_rotated_reductions", True),
+    _flag("outer_loop_shallower_fusion", True),
 )
 
 NAMES = tuple(flag.name for flag in FLAGS)

@@ -135,6 +135,11 @@ TEST_EXPORTS = (
         ("cpp_outer_loop_regroup",),
     ),
     TestExport(
+        "test/test_outer_loop_shallower.py",
+        "test/inductor/test_cpu_outer_loop_shallower.py",
+        ("cpp_outer_loop_shallower",),
+    ),
+    TestExport(
         "test/test_streaming_stores.py",
         "test/inductor/test_cpu_streaming_stores.py",
         ("cpp_streaming_stores",),

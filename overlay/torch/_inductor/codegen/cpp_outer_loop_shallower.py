@@ -1,0 +1,100 @@
+"""Merge an outer-loop fusion over fewer outer loops when its own depth fails.
+
+The scheduler fuses nodes over every outer loop they share (the fusion depth).
+The C++ kernels must then agree on those levels, and none may vector-tile
+one of them.  When a kernel's good tiling lies on the last shared level, the
+kernels cannot merge there: stock falls back to separate nests, and
+re-tiling that kernel (cpp_outer_loop_retile.py) may leave it scalar, which
+its cost guard refuses.  One level up the conflict is gone: the level is no
+longer fused, so the kernel keeps its tiling inside the shared outer loops.
+
+Example: an RMS norm followed by RoPE on interleaved pairs (``stack`` of the
+rotated halves, then ``flatten``; upstream's
+test_qknorm_interleaved_rope_fusion).  Fused over (B, H, S), the RoPE
+kernel loses its 2-D tile over S and the pair index, and its stride-2 loads
+and stores along the pair index alone exceed upstream's non-contiguous
+threshold: scalar.  Over (B, H) it keeps the tile, and the norm's statistics
+of a (B, H) block are read back from cache by the RoPE pass: one nest
+instead of two.
+
+Each shallower depth, deepest first, is tried as a re-tiling attempt (the
+same acceptance: levels agree, parallelism and vector-work guards) and only
+where its outer loops give every thread a balanced share, and only for a
+node whose loops pass the parallelism guard at the scheduler's depth (a
+node refused for its long inner loops keeps stock's parallel inner loops).  Kernels that do
+not merge at any depth go on to the next fallback (0012's regroup, then
+stock's separate nests).
+
+Flag: ``config.cpp.outer_loop_shallower_fusion``
+(TORCHINDUCTOR_CPP_OUTER_LOOP_SHALLOWER_FUSION).  Merges are counted in
+``metrics.cpp_outer_loop_retiled`` and logged under ``TORCH_LOGS="+fusion"``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ..utils import parallel_num_threads
+from .cpp_outer_loop_retile import _hint, _is_vectorized, _log, OuterLoopRetile
+
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from .cpp import CppKernelProxy, OuterLoopFusedSchedulerNode
+
+
+class ShallowerFusion(OuterLoopRetile):
+    """A re-tiling attempt at a depth below the scheduler's."""
+
+    def _keeps_parallelism(self, proxies: Sequence[CppKernelProxy]) -> bool:
+        # Stock's kernels parallelize their own, longer merged loops; the
+        # shorter fused loop must still feed every thread evenly.
+        if not feeds_every_thread(_outer_iterations(self.node, self.depth)):
+            _log(self.node, "rejected at depth %d: too few outer iterations", self.depth)
+            return False
+        return super()._keeps_parallelism(proxies)
+
+
+def shallower_attempts(
+    node: OuterLoopFusedSchedulerNode, stock_proxies: Sequence[CppKernelProxy]
+) -> Iterator[tuple[OuterLoopFusedSchedulerNode, ShallowerFusion]]:
+    """The node at each shallower depth worth trying, with its attempt.
+
+    ``stock_proxies`` are the kernels of stock's failed attempt at the
+    scheduler's depth: their vectorization is what the vector-work guard
+    compares against.
+    """
+    from .cpp import OuterLoopFusedSchedulerNode
+
+    members = list(node.get_outer_nodes())
+    if len(stock_proxies) != len(members):
+        return  # stock's attempt stopped before its loop-level check
+    vectorized = [_is_vectorized(proxy) for proxy in stock_proxies]
+    if not OuterLoopRetile(node, vectorized)._keeps_parallelism(stock_proxies):
+        # The inner loops are better parallelized at the scheduler's depth;
+        # a shallower one only adds those loops' work below the fused loop.
+        return
+    for depth in range(node.outer_loop_fusion_depth - 1, 0, -1):
+        outer = _outer_iterations(node, depth)
+        if not feeds_every_thread(outer):
+            break  # shallower depths only have fewer outer iterations
+        shallow = OuterLoopFusedSchedulerNode(node.scheduler, members, depth)
+        _log(node, "retrying at depth %d (%d outer iterations)", depth, outer)
+        yield shallow, ShallowerFusion(shallow, vectorized)
+
+
+def _outer_iterations(node: OuterLoopFusedSchedulerNode, depth: int) -> int:
+    """Iterations of the node's first ``depth`` loops (shared by its members)."""
+    _, (sizes, _) = node.get_outer_nodes()[0].group
+    return math.prod(_hint(size) for size in sizes[:depth])
+
+
+def feeds_every_thread(outer: int) -> bool:
+    """Whether ``outer`` iterations split evenly enough over the threads."""
+    threads = parallel_num_threads()
+    return outer >= threads and (
+        outer % threads == 0
+        or outer >= threads * OuterLoopRetile.BALANCED_ITERATIONS_PER_THREAD
+    )
