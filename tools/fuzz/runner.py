@@ -55,7 +55,7 @@ class Profile:
 
 
 PROFILES = {
-    "ci": Profile("ci", 16, None, 6, True, False, 90),
+    "ci": Profile("ci", 15, None, 6, True, False, 90),
     "dev": Profile("dev", 100_000, 300, 7, False, True, 240),
     "nightly": Profile("nightly", 1_000_000, 3600, 10, False, True, 900),
     # make fuzz-mutants: seeded, no example database (one mutant's failures
