@@ -348,6 +348,11 @@ MUTANTS = (
         'ROTATABLE_REDUCTIONS = ("sum", "max", "min")',
         'ROTATABLE_REDUCTIONS = ("sum", "max", "min", "welford_reduce")',
         "check",
+        equivalent="the slots are Welford states (mean, m2, weight, index), each "
+        "update reads the reciprocal weight at its own slot's index, and "
+        "welford_combine of two states after the loop is the exact merge: "
+        "rotating them changes rounding only (var_mean over (8, 1500) and "
+        "LayerNorm(1500), Welford rows, rotate and agree)",
     ),
     # 0009 outer-block fusion
     Mutant(
@@ -410,6 +415,12 @@ MUTANTS = (
         "                or memory_of_buffer(args, candidate.name) in written\n",
         "",
         "check",
+        equivalent="no kernel loads at an invariant index memory that it "
+        "stores: a node fused after a writer reads the written index (vertical "
+        "fusion needs matching deps; 0009's block-wise members run in inner "
+        "loops of their own), a mutated input is written through a temporary "
+        "and copied back, and in-place reuse needs every read of the reused "
+        "buffer at the written index (NodeUser.can_inplace, merged over reads)",
     ),
     Mutant(
         "0010",
@@ -427,6 +438,10 @@ MUTANTS = (
         " else name",
         "    return name",
         "check",
+        equivalent="an in-place pair shares its memory only when the reusing "
+        "node reads the reused buffer at the written index alone "
+        "(NodeUser.can_inplace) and is its last user, so no load of the partner's "
+        "name in the kernel is invariant: resolving aliases changes no decision",
     ),
     Mutant(
         "0010",
@@ -456,6 +471,11 @@ MUTANTS = (
         "    if math.prod(inner_sizes) != block:\n        return None\n",
         "",
         "check",
+        equivalent="a dense block is the product of the ranges of the variables "
+        "its store index uses, and a pointwise writer's store uses every inner "
+        "variable of range above 1 (its loops are its output's sizes, and an "
+        "index that skipped one would write an element twice): the product of "
+        "the inner ranges is the block whenever the block is dense",
     ),
     Mutant(
         "0011",
@@ -524,6 +544,9 @@ MUTANTS = (
         "        if is_buffer_removed(name) or memory_of_buffer(args, name) in read:",
         "        if is_buffer_removed(name):",
         "check",
+        equivalent="a kernel can read back only what the same thread stored "
+        "(another thread's elements in the same loop nest would race in stock "
+        "code too), and a thread sees its own non-temporal stores in order",
     ),
     Mutant(
         "0013",
@@ -541,6 +564,10 @@ MUTANTS = (
         " for n in names",
         "            buffer_bytes(n) >= min_bytes for n in names",
         "check",
+        equivalent="store_line wraps float32 stores only, and the names that "
+        "share a streamed store's memory (in-place partners, mutations) have "
+        "its dtype: Inductor reuses a buffer in place only for the same "
+        "buffer_reuse_key (device, dtype, size)",
     ),
     Mutant(
         "0013",
@@ -549,6 +576,11 @@ MUTANTS = (
         "    for fence in fences:\n        fence.on = True\n",
         "",
         "other",
+        equivalent="on x86, the only ISAs that stream, the closing barrier "
+        "of an omp parallel region is made of locked instructions, which "
+        "non-temporal stores do not pass (Intel SDM 8.2.2); the kernel's own "
+        "final fence stays: the fences are what the C++ memory model needs, no "
+        "value on these CPUs shows them",
     ),
     # 0014 prefetch
     Mutant(
