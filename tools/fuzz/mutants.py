@@ -591,6 +591,9 @@ MUTANTS = (
         "        return False  # a symbolic step (dynamic shapes)\n",
         "",
         "check",
+        equivalent="a dead guard: a loop level's step is 1 or what "
+        "LoopLevel.tile sets, sympy.Integer of the vector tiling factor, with "
+        "dynamic shapes too (the only assignment of steps in codegen/cpp.py)",
     ),
     Mutant(
         "0014",

@@ -9,7 +9,7 @@ and the worker writes a repro to ``test/regressions/`` (``repro.py``).
 
 Profiles (hypothesis settings plus strategy size):
 
-``ci``       the seed programs (corpus.py) and 16 generated ones,
+``ci``       the seed programs (corpus.py) and 15 generated ones,
              derandomized (fixed seeds), no example database;
              what ``make test`` runs (test/test_fuzz.py)
 ``dev``      until ``--seconds`` (default 300) or ``--examples``; random
