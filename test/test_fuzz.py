@@ -1,6 +1,6 @@
 """The fusion fuzzer (tools/fuzz): its parts, the `ci` profile, a mutant it must catch.
 
-The `ci` run compiles the seed programs and 16 generated programs twice each
+The `ci` run compiles the seed programs and 15 generated programs twice each
 (overlay flags off and on) in two worker processes, and must reach every
 overlay feature; the mutant test runs the fuzzer against a temporary copy of
 the installed cpp_outer_loop_split.py with an off-by-one (one of
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from compile_utils import requires_vectors
 from conftest import REPO_ROOT
 from hypothesis import HealthCheck, given, settings
 
@@ -184,7 +185,8 @@ def test_reach_counts_the_decisions_of_the_flags_on_run():
 
 def test_reach_wraps_every_feature_decision():
     assert reach.install() == []
-    assert reach.FEATURES == tuple(f"{n:04d}" for n in range(2, 15))
+    # 0016 changes kernel counters only: no decision about the code
+    assert reach.FEATURES == tuple(f"{n:04d}" for n in (*range(2, 16), 17))
 
 
 def test_summary_reports_reach_per_feature():
@@ -342,6 +344,21 @@ def test_fuzzer_catches_a_broken_split(tmp_path):
     clean_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     without = _run(pytest_cmd, clean_env, timeout=300)
     assert without.returncode == 0, without.stdout + without.stderr
+
+
+@requires_vectors  # the rotation, and so the pragma, needs vector kernels
+def test_the_parallel_sums_seed_kills_the_unrolled_collapsed_loop(tmp_path):
+    """The seed whose sums run parallel reduction loops (one collapsed over
+    two loops) passes with the installed overlay and fails to compile with
+    0017's pragma between the collapsed loops, checked directly
+    (``python -m tools.fuzz.mutants --seeds``)."""
+    seed = next(i for i, case in enumerate(CORPUS) if "x0[:, :3000]" in case.source)
+    mutant = next(
+        m for m in mutants.MUTANTS if m.ident == "0017-collapsed-loop-unrolled"
+    )
+    quiet = dict(log=lambda line: None)
+    assert mutants.check_seeds(None, [seed], tmp_path, **quiet) == {seed: "ok"}
+    assert mutants.check_seeds(mutant, [seed], tmp_path, **quiet) == {seed: "ours"}
 
 
 def test_a_shared_example_database_is_written_next_to_the_local_one(tmp_path):

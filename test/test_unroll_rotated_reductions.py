@@ -89,6 +89,19 @@ def test_parallel_reduction_loop_is_not_unrolled():
     assert unrolled_loops(compiled.code) == 0
 
 
+def test_collapsed_parallel_reduction_loop_is_not_unrolled():
+    # rows that cannot merge (a slice of wider rows), fewer than the threads:
+    # both reduction loops go under one `omp for collapse(2)`, and a pragma
+    # between them is a compile error ("not enough for loops to collapse")
+    x = torch.randn(3, 5007)[:, :5000]
+    compiled = compile_and_inspect(
+        torch.sum, (x,), extra_config={"cpp.threads": 4}
+    )
+    assert "collapse(2)" in compiled.code
+    assert ROTATION.findall(compiled.code)
+    assert unrolled_loops(compiled.code) == 0
+
+
 def test_reductions_without_rotation_are_not_unrolled():
     x = torch.randn(64, 40)  # 5 vectors per row at most: one accumulator
     compiled = compile_and_inspect(lambda x: x.sum(-1), (x,))

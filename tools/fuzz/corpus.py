@@ -39,6 +39,18 @@ CORPUS = (
         ["softmax"],
         cache_bytes=262144,
     ),
+    # 0017: sums whose reduction loop is parallel, where the rotation stays
+    # rolled: over rows that cannot merge (a slice of wider rows), fewer rows
+    # than threads, both reduction loops under one `omp for collapse(2)`
+    # (nothing may stand between them); over all of x0, one parallel loop
+    _case(
+        "    v1 = x0[:, :3000]\n"
+        "    v2 = torch.sum(v1, dim=(0, 1), keepdim=True)\n"
+        "    v3 = torch.amax(x0, dim=(0, 1), keepdim=True)\n    return (v2, v3,)\n",
+        [(3, 3007)],
+        ["slice", "reduce"],
+        threads=4,
+    ),
     # 0009 0011: softmax over channels spelled out; its exp stays per block
     _case(
         "    v1 = torch.amax(x0, dim=(1,), keepdim=True)\n"

@@ -359,6 +359,11 @@ MUTANTS = (
         'ROTATABLE_REDUCTIONS = ("sum", "max", "min")',
         'ROTATABLE_REDUCTIONS = ("sum", "max", "min", "welford_reduce")',
         "check",
+        equivalent="the slots are Welford states (mean, m2, weight, index), each "
+        "update reads the reciprocal weight at its own slot's index, and "
+        "welford_combine of two states after the loop is the exact merge: "
+        "rotating them changes rounding only (var_mean over (8, 1500) and "
+        "LayerNorm(1500), Welford rows, rotate and agree)",
     ),
     # 0009 outer-block fusion
     Mutant(
@@ -421,6 +426,12 @@ MUTANTS = (
         "                or memory_of_buffer(args, candidate.name) in written\n",
         "",
         "check",
+        equivalent="no kernel loads at an invariant index memory that it "
+        "stores: a node fused after a writer reads the written index (vertical "
+        "fusion needs matching deps; 0009's block-wise members run in inner "
+        "loops of their own), a mutated input is written through a temporary "
+        "and copied back, and in-place reuse needs every read of the reused "
+        "buffer at the written index (NodeUser.can_inplace, merged over reads)",
     ),
     Mutant(
         "0010",
@@ -438,6 +449,10 @@ MUTANTS = (
         " else name",
         "    return name",
         "check",
+        equivalent="an in-place pair shares its memory only when the reusing "
+        "node reads the reused buffer at the written index alone "
+        "(NodeUser.can_inplace) and is its last user, so no load of the partner's "
+        "name in the kernel is invariant: resolving aliases changes no decision",
     ),
     Mutant(
         "0010",
@@ -467,6 +482,11 @@ MUTANTS = (
         "    if math.prod(inner_sizes) != block:\n        return None\n",
         "",
         "check",
+        equivalent="a dense block is the product of the ranges of the variables "
+        "its store index uses, and a pointwise writer's store uses every inner "
+        "variable of range above 1 (its loops are its output's sizes, and an "
+        "index that skipped one would write an element twice): the product of "
+        "the inner ranges is the block whenever the block is dense",
     ),
     Mutant(
         "0011",
@@ -535,6 +555,9 @@ MUTANTS = (
         "        if is_buffer_removed(name) or memory_of_buffer(args, name) in read:",
         "        if is_buffer_removed(name):",
         "check",
+        equivalent="a kernel can read back only what the same thread stored "
+        "(another thread's elements in the same loop nest would race in stock "
+        "code too), and a thread sees its own non-temporal stores in order",
     ),
     Mutant(
         "0013",
@@ -552,6 +575,10 @@ MUTANTS = (
         " for n in names",
         "            buffer_bytes(n) >= min_bytes for n in names",
         "check",
+        equivalent="store_line wraps float32 stores only, and the names that "
+        "share a streamed store's memory (in-place partners, mutations) have "
+        "its dtype: Inductor reuses a buffer in place only for the same "
+        "buffer_reuse_key (device, dtype, size)",
     ),
     Mutant(
         "0013",
@@ -560,6 +587,11 @@ MUTANTS = (
         "    for fence in fences:\n        fence.on = True\n",
         "",
         "other",
+        equivalent="on x86, the only ISAs that stream, the closing barrier "
+        "of an omp parallel region is made of locked instructions, which "
+        "non-temporal stores do not pass (Intel SDM 8.2.2); the kernel's own "
+        "final fence stays: the fences are what the C++ memory model needs, no "
+        "value on these CPUs shows them",
     ),
     # 0014 prefetch
     Mutant(
@@ -570,6 +602,9 @@ MUTANTS = (
         "        return False  # a symbolic step (dynamic shapes)\n",
         "",
         "check",
+        equivalent="a dead guard: a loop level's step is 1 or what "
+        "LoopLevel.tile sets, sympy.Integer of the vector tiling factor, with "
+        "dynamic shapes too (the only assignment of steps in codegen/cpp.py)",
     ),
     Mutant(
         "0014",
@@ -597,6 +632,75 @@ MUTANTS = (
         "        row_bytes = stride * self.step * 2  # float32",
         "bound",
         cost_only="a prefetch's distance changes no value",
+    ),
+    # 0015 fusion rules for loops left open until fusion
+    Mutant(
+        "0015",
+        "reduction-first-any-pointwise",
+        LOAF,
+        "    return bool(reduce1) and reduce2 == () and tuple(vars2) == "
+        "tuple(vars1) + tuple(\n        reduce1\n    )",
+        "    return bool(reduce1) and reduce2 == ()",
+        "check",
+    ),
+    Mutant(
+        "0015",
+        "groups-fuse-by-rank",
+        LOAF,
+        "or (not reduce1 and vars1 == vars2 + reduce2)",
+        "or (not reduce1 and len(vars1) == len(vars2 + reduce2))",
+        "bound",
+    ),
+    Mutant(
+        "0015",
+        "members-merged-apart",
+        LOAF,
+        "    return group if all(g in accepted for g in groups) else None",
+        "    return group",
+        "check",
+    ),
+    Mutant(
+        "0015",
+        "merged-without-group-check",
+        LOAF,
+        "    if not _groups_fuse(*merged):\n        return False\n",
+        "",
+        "rollback",
+    ),
+    # 0017 unrolled loops for rotating accumulators
+    Mutant(
+        "0017",
+        "parallel-loop-unrolled",
+        ACC,
+        "    if loop.parallel or loop.collapsed:",
+        "    if loop.collapsed:",
+        "check",
+    ),
+    Mutant(
+        "0017",
+        "collapsed-loop-unrolled",
+        ACC,
+        "    if loop.parallel or loop.collapsed:",
+        "    if loop.parallel:",
+        "check",
+    ),
+    Mutant(
+        "0017",
+        "pragma-after-for",
+        ACC,
+        "    return [*loop_lines[:-1], pragma, loop_lines[-1]]",
+        "    return [*loop_lines, pragma]",
+        "bound",
+    ),
+    Mutant(
+        "0017",
+        "outer-loop-unrolled",
+        ACC,
+        "    if depth != len(loop_nest.loops) - 1 or not loop.simd_vec:",
+        "    if depth != len(loop_nest.loops) - 2 or not loop.simd_vec:",
+        "bound",
+        cost_only="an unroll pragma right before a for statement changes how "
+        "the loop compiles, not what it computes; here only which loop gets it",
     ),
 )
 
@@ -785,6 +889,45 @@ def run_one(
     return outcome
 
 
+def check_seeds(
+    mutant: Mutant | None, seeds: list[int], out: Path, log=print
+) -> dict[int, str]:
+    """Check seed programs (indices into ``corpus.CORPUS``) directly against
+    ``mutant`` (None: the installed overlay), each in its own process so
+    that a crash in generated code is that seed's outcome: "ours" kills."""
+    work = out / "seeds" / (mutant.ident if mutant else "control")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    env = (
+        shadow_env(mutant, work / "shadow")
+        if mutant
+        else {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    )
+    statuses = {}
+    for seed in seeds:
+        code = (
+            "from tools.fuzz.check import check_case\n"
+            "from tools.fuzz.corpus import CORPUS\n"
+            f"result = check_case(CORPUS[{seed}])\n"
+            "print('SEED', result.status, result.kind, result.message[:200])\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        line = next(
+            (x for x in proc.stdout.splitlines() if x.startswith("SEED ")),
+            f"SEED ours worker died ({proc.returncode})",
+        )
+        statuses[seed] = line.split()[1]
+        log(f"mutants: {work.name} seed {seed}: {line[5:]}")
+    return statuses
+
+
 def run_mutants(
     *,
     seconds: float = 90,
@@ -798,8 +941,9 @@ def run_mutants(
     """Run the control, then the selected mutants; write and return the report.
 
     ``survivors``: rerun only the mutants that survived (or errored) in the
-    report in ``out`` (those of them in ``only``, if given), keeping the
-    other outcomes of that report.
+    report in ``out``, or are new since (those of them in ``only``, if
+    given; cost-only and equivalent ones are not rerun), keeping the other
+    outcomes of that report.
     """
     out = Path(out or DEFAULT_OUT)
     out.mkdir(parents=True, exist_ok=True)
@@ -819,6 +963,7 @@ def run_mutants(
             if (m.ident not in previous  # new since that report
                 or previous[m.ident].status in ("survived", "error"))
             and (not wanted or m.ident in wanted or m.feature in wanted)
+            and not (m.cost_only or m.equivalent)  # counted apart
         )  # fmt: skip
         if not only:
             log("mutants: no survivors to rerun")
@@ -1011,7 +1156,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--list", action="store_true", help="list mutants, mark stale ones"
     )
+    parser.add_argument(
+        "--seeds",
+        default="",
+        help="with --only IDENT: check these seed programs (indices into "
+        "corpus.CORPUS, comma-separated, or 'all') against the mutant and "
+        "without it, instead of fuzzing",
+    )
     args = parser.parse_args(argv)
+    if args.seeds:
+        from .corpus import CORPUS
+
+        seeds = (
+            list(range(len(CORPUS)))
+            if args.seeds == "all"
+            else [int(i) for i in args.seeds.split(",")]
+        )
+        out = Path(args.out or DEFAULT_OUT)
+        chosen = [m for m in MUTANTS if m.ident in args.only.split(",")]
+        control = check_seeds(None, seeds, out)
+        killed = {
+            m.ident: [i for i, s in check_seeds(m, seeds, out).items() if s == "ours"]
+            for m in chosen
+        }
+        for ident, by in killed.items():
+            print(f"{ident}: {'killed by seed ' + str(by) if by else 'survived'}")
+        return 0 if all(s != "ours" for s in control.values()) else 1
     if args.list:
         stale = 0
         for m in MUTANTS:

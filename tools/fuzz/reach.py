@@ -129,10 +129,31 @@ REACH = (
         "_plan",
         lambda a, r: bool(r),
     ),
+    Decision(
+        "0015",
+        "fusion rules for open loops (reduction first)",
+        "cpp_loop_ordering",
+        "reduction_first_compatible",
+        lambda a, r: bool(r),
+    ),
+    Decision(
+        "0015",
+        "fusion rules for open loops (loops merged)",
+        "cpp_loop_ordering",
+        "merge_loops_to_fuse",
+        lambda a, r: bool(r),
+    ),
+    Decision(
+        "0017",
+        "unrolled rotation",
+        "codegen.cpp_reduction_accumulators",
+        "unroll_rotated_loop",
+        lambda a, r: len(r) != len(a[0]),
+    ),
 )
 
 FEATURES = tuple(dict.fromkeys(d.feature for d in REACH))
-TITLES = {d.feature: d.title.removesuffix(" (reindex)") for d in REACH}
+TITLES = {d.feature: d.title.split(" (")[0] for d in REACH}
 
 _counts: collections.Counter[str] = collections.Counter()
 _installed: list[str] = []  # features whose decision function was found

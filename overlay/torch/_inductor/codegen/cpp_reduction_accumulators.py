@@ -156,9 +156,13 @@ def add_accumulators(
 def unroll_rotated_loop(loop_lines: list[str], loop_nest, depth: int) -> list[str]:
     """The lines of loop ``depth`` of ``loop_nest``, with an unroll pragma
     right before its ``for`` when it is the serial innermost vector loop of a
-    kernel whose reduction rotates accumulators."""
+    kernel whose reduction rotates accumulators.  A loop that an outer
+    ``omp for collapse(n)`` takes in (``collapsed``) is not serial: nothing may
+    stand between the collapsed loops."""
     loop = loop_nest.loops[depth]
-    if depth != len(loop_nest.loops) - 1 or loop.parallel or not loop.simd_vec:
+    if depth != len(loop_nest.loops) - 1 or not loop.simd_vec:
+        return loop_lines
+    if loop.parallel or loop.collapsed:
         return loop_lines
     proxy = loop_nest.get_kernel()
     count = max((_ROTATING.get(k, 1) for k in getattr(proxy, "kernels", ())), default=1)
