@@ -17,7 +17,7 @@ from compile_utils import compile_shipped_and_inspect as compile_and_inspect
 from compile_utils import LOOP_ORDERING_OFF
 from torch.testing import FileCheck
 
-from torch._inductor.cpp_outer_block_fusion import BLOCK_BYTES_IN_CACHE
+from torch._inductor.cpp_fusion_costs import BLOCK_BYTES_IN_CACHE
 
 
 def setup_module():

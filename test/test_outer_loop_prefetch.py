@@ -15,7 +15,7 @@ import pytest
 import sympy
 import torch
 import torch.nn.functional as F
-import torch._inductor.codegen.cpp_streaming_stores as streaming
+import torch._inductor.cpp_fusion_costs as costs
 from compile_utils import (
     LOOP_ORDERING_OFF,
     compile_shipped_and_inspect,
@@ -35,7 +35,7 @@ PREFETCH = re.compile(
 @pytest.fixture
 def cache_of(monkeypatch):
     def set_size(nbytes: int) -> None:
-        monkeypatch.setattr(streaming, "last_level_cache_bytes", lambda: nbytes)
+        monkeypatch.setattr(costs, "last_level_cache_bytes", lambda: nbytes)
 
     return set_size
 

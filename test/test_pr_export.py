@@ -282,6 +282,61 @@ def test_an_overlay_module_no_patch_names_is_refused(tmp_path):
         pr.plan_commits(load_series(), overlay)
 
 
+RETILE = "torch/_inductor/codegen/cpp_outer_loop_retile.py"
+
+
+def test_a_forward_import_between_steps_is_refused():
+    # 0002's module using 0009's predicate: step 0002 would need 0009's module
+    overlay = dict(load_overlay_files())
+    text = overlay[RETILE].decode()
+    text = text.replace(
+        "from ..virtualized import V\n",
+        "from ..cpp_outer_block_fusion import is_outer_block_fusion\n"
+        "from ..virtualized import V\n",
+    ).replace(
+        "        balanced = balances_over_threads(outer)\n",
+        "        balanced = balances_over_threads(outer)\n"
+        "        if is_outer_block_fusion(self.node):\n"
+        "            return balanced\n",
+    )
+    assert "is_outer_block_fusion(self.node)" in text
+    overlay[RETILE] = text.encode()
+    with pytest.raises(
+        pr.LayeringError,
+        match=r"0002-\S+: forward import(?s:.*)`is_outer_block_fusion` of "
+        r"`torch/_inductor/cpp_outer_block_fusion.py` is needed by "
+        r"codegen/cpp_outer_loop_retile.py:OuterLoopRetile, but 0009-",
+    ):
+        pr.plan_commits(load_series(), overlay)
+
+
+def test_the_cost_model_grows_with_the_features_that_use_it():
+    # cpp_fusion_costs.py is 0002's (Origin:) and a leaf; each threshold
+    # arrives with the first step whose module uses it, not all at once with
+    # the last patch that names the module (0007)
+    commits = {c.patch.name[:4]: c for c in pr.plan_commits(*_series_and_overlay())}
+    costs = "torch/_inductor/cpp_fusion_costs.py"
+    arrivals = {
+        "INNER_TO_OUTER": "0002",
+        "SMALL_CONSUMER_RATIO": "0003",
+        "ACCUMULATORS": "0008",
+        "BLOCK_BYTES_IN_CACHE": "0009",
+        "last_level_cache_bytes": "0013",
+        "LOOKAHEAD_BYTES": "0014",
+    }
+    for name, step in arrivals.items():
+        assert name in commits[step].grown[costs], (name, step)
+        earlier = [c for n, c in commits.items() if n < step]
+        assert all(name not in c.available[costs] for c in earlier), name
+    registrar = "register_block_reuse_fusion"
+    assert registrar in commits["0009"].grown[RETILE]
+    assert registrar not in commits["0006"].available[RETILE]
+
+
+def _series_and_overlay():
+    return load_series(), load_overlay_files()
+
+
 def test_imports_resolve_relative_to_the_patched_file():
     lines = [
         "from .cpp_outer_loop_retile import X",

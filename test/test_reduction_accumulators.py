@@ -18,9 +18,9 @@ from compile_utils import (
     requires_vectors,
     vector_lanes,
 )
-from torch._inductor.codegen.cpp_reduction_accumulators import (
+from torch._inductor.codegen.cpp_reduction_accumulators import CASCADE_CHUNK
+from torch._inductor.cpp_fusion_costs import (
     ACCUMULATORS,
-    CASCADE_CHUNK,
     MIN_ITERATIONS_PER_ACCUMULATOR,
 )
 

@@ -15,6 +15,7 @@ import types
 import pytest
 import torch
 import torch._inductor.codegen.cpp_streaming_stores as streaming
+import torch._inductor.cpp_fusion_costs as costs
 from compile_utils import compile_shipped_and_inspect, requires_vectors, vector_lanes
 from torch._inductor.codegen.common import InplacedBuffer, KernelArgs
 from torch._inductor.utils import IndentedBuffer
@@ -28,7 +29,7 @@ STREAMING_OFF = {**ONE_THREAD, "cpp.streaming_stores": False}
 @pytest.fixture
 def cache_of(monkeypatch):
     def set_size(nbytes: int) -> None:
-        monkeypatch.setattr(streaming, "last_level_cache_bytes", lambda: nbytes)
+        monkeypatch.setattr(costs, "last_level_cache_bytes", lambda: nbytes)
 
     return set_size
 
@@ -128,12 +129,12 @@ def _group(*nodes_reads: set[str]):
 
 
 def test_cache_size_can_be_set(monkeypatch):
-    monkeypatch.setenv(streaming.CACHE_BYTES_ENV, "65536")
-    streaming.last_level_cache_bytes.cache_clear()
+    monkeypatch.setenv(costs.CACHE_BYTES_ENV, "65536")
+    costs.last_level_cache_bytes.cache_clear()
     try:
-        assert streaming.last_level_cache_bytes() == 65536
+        assert costs.last_level_cache_bytes() == 65536
     finally:
-        streaming.last_level_cache_bytes.cache_clear()
+        costs.last_level_cache_bytes.cache_clear()
 
 
 def test_output_the_kernel_reads_back_is_not_streamed(large_float_buffers):

@@ -16,7 +16,7 @@ import re
 import torch
 from compile_utils import compile_and_inspect, requires_vectors
 from torch._inductor import cpp_builder
-from torch._inductor.codegen.cpp_reduction_accumulators import ACCUMULATORS
+from torch._inductor.cpp_fusion_costs import ACCUMULATORS
 
 pytestmark = requires_vectors
 ROTATION = re.compile(r"\{ auto rotated = \w+;")

@@ -161,6 +161,11 @@ class ExportError(Exception):
     """The series cannot be exported (or the export does not re-apply)."""
 
 
+class LayeringError(ExportError):
+    """A step's module uses code of a later step's module (a forward import):
+    the per-feature series would not be in layers."""
+
+
 # --------------------------------------------------------------------------
 # DEP-3 headers
 
@@ -295,7 +300,6 @@ class PlannedCommit:
     new_modules: list[str]  # ... of which the ones added here
     grown: dict[str, list[str]]  # module -> top-level names added here
     available: dict[str, set[str]]  # module -> names defined after this step
-    early: list[str]  # names that arrive before a patch names their module
     tests: list[TestExport] = dataclasses.field(default_factory=list)
     test_files: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     helper: bool = False  # this commit adds or changes HELPER_PATH
@@ -322,10 +326,13 @@ def plan_commits(
     A module grows by the definitions the step needs: the names its patch
     imports, and everything those use, in this module or another of ours
     (tools/pr_slice.py).  The last patch that names a module (Origin: or an
-    import) completes it, so a module only one patch names lands whole with
-    that patch, and a definition no hook reaches lands with the module's last
-    naming patch.  A name that arrives before any patch names its module is
-    reported in `early`: a module of an earlier feature uses a later one's.
+    import) completes it with the definitions no later step needs, so a
+    module only one patch names lands whole with that patch, a definition no
+    hook reaches lands with the module's last naming patch, and one that a
+    later feature's module uses (a threshold of the shared cost model) lands
+    with that feature.  A name needed before any patch names its module is a
+    forward import (a module of an earlier feature uses a later one's code):
+    `LayeringError`.
     """
     sources = {rel: data.decode("utf-8") for rel, data in overlay.items()}
     try:
@@ -343,6 +350,7 @@ def plan_commits(
     for index, rels in enumerate(named):
         for rel in rels:
             owners[rel].append(index)
+    completions = _completions(sources, patches, hooks, owners)
     planned: list[PlannedCommit] = []
     previous: dict[str, str] = {}
     for index, patch in enumerate(patches):
@@ -351,13 +359,12 @@ def plan_commits(
         try:
             for rel, names in sorted(hooks[index].items()):
                 added += slicer.add(rel, sorted(names), patch.name)
-            for rel in named[index]:
-                if owners[rel][-1] == index:
-                    added += slicer.add_all(rel, f"{patch.name} (last to name it)")
+            for rel, names in sorted(completions[index].items()):
+                added += slicer.add(rel, names, f"{patch.name} (last to name it)")
         except SliceError as error:
             raise ExportError(f"{patch.name}: {error}") from error
         grown: dict[str, list[str]] = {}
-        early = []
+        forward = []
         for rel, name, by in added:
             grown.setdefault(rel, []).append(name)
             first_owner = owners[rel][0] if owners[rel] else None
@@ -365,11 +372,19 @@ def plan_commits(
                 later = (
                     patches[first_owner].name if first_owner is not None else "no patch"
                 )
-                early.append(
-                    f"`{name}` of `{rel}` arrives with {patch.name}, needed by "
-                    f"{by.replace('torch/_inductor/', '')}; {later} is the first "
-                    "to name that module"
+                forward.append(
+                    f"`{name}` of `{rel}` is needed by "
+                    f"{by.replace('torch/_inductor/', '')}, but {later} is the "
+                    "first patch to name that module"
                 )
+        if forward:
+            raise LayeringError(
+                f"{patch.name}: forward import between steps (a module of this "
+                "step uses code of a later step's module; move the code into a "
+                "module of this step or an earlier one, name the module in this "
+                "patch's Origin: line if it belongs here, or let the later "
+                "feature register itself through a hook):\n  " + "\n  ".join(forward)
+            )
         states = {rel: slicer.render(rel) for rel in overlay if slicer.has(rel)}
         changed = {
             rel: text for rel, text in states.items() if previous.get(rel) != text
@@ -390,7 +405,6 @@ def plan_commits(
                     }
                     for rel in overlay
                 },
-                early=early,
             )
         )
         previous = states
@@ -412,6 +426,45 @@ def plan_commits(
         ):
             raise ExportError(f"{test.source}: no patch uses {test.features}")
     return planned
+
+
+def _completions(
+    sources: dict[str, str],
+    patches: Sequence[Patch],
+    hooks: Sequence[dict[str, set[str]]],
+    owners: dict[str, list[int]],
+) -> list[dict[str, list[str]]]:
+    """Per step, {module: names} that its last naming patch completes it with:
+    its definitions that no later step needs.
+
+    Computed from the last step back: a step needs what its hooks import and
+    what its completions bring, with everything those use (the same closure
+    the export follows)."""
+    last = {rel: steps[-1] for rel, steps in owners.items() if steps}
+    later: dict[str, set[int]] = {rel: set() for rel in sources}
+    out: list[dict[str, list[str]]] = [{} for _ in patches]
+    for index in reversed(range(len(patches))):
+        probe = Slicer(sources)
+        try:
+            for rel, names in sorted(hooks[index].items()):
+                probe.add(rel, sorted(names))
+            for rel in sorted(r for r, step in last.items() if step == index):
+                source = probe.modules[rel]
+                names = sorted(
+                    {
+                        name
+                        for i in source.definitions()
+                        if i not in later[rel]
+                        for name in source.units[i].defines
+                    }
+                )
+                out[index][rel] = names
+                probe.add(rel, names)
+        except SliceError as error:
+            raise ExportError(f"{patches[index].name}: {error}") from error
+        for rel, included in probe.included.items():
+            later[rel] |= included
+    return out
 
 
 def ruff_executable() -> str | None:
@@ -947,15 +1000,6 @@ def pr_description(
             "definitions its patch and modules import):",
             "",
             *grown,
-            "",
-        ]
-    early = [line for c in commits for line in c.early]
-    if early:
-        out += [
-            "Layering: names that arrive before any patch names their module "
-            "(a module of an earlier feature uses them):",
-            "",
-            *[f"- {line}" for line in early],
             "",
         ]
     if rebase_status:

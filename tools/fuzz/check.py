@@ -144,21 +144,21 @@ def _cache_size(case: FuzzCase):
         yield
         return
     try:
-        from torch._inductor.codegen import cpp_streaming_stores as streaming
+        from torch._inductor import cpp_fusion_costs as costs
     except ImportError:  # stock torch: nothing reads it
         yield
         return
-    old = os.environ.get(streaming.CACHE_BYTES_ENV)
-    os.environ[streaming.CACHE_BYTES_ENV] = str(case.cache_bytes)
-    streaming.last_level_cache_bytes.cache_clear()
+    old = os.environ.get(costs.CACHE_BYTES_ENV)
+    os.environ[costs.CACHE_BYTES_ENV] = str(case.cache_bytes)
+    costs.last_level_cache_bytes.cache_clear()
     try:
         yield
     finally:
         if old is None:
-            del os.environ[streaming.CACHE_BYTES_ENV]
+            del os.environ[costs.CACHE_BYTES_ENV]
         else:
-            os.environ[streaming.CACHE_BYTES_ENV] = old
-        streaming.last_level_cache_bytes.cache_clear()
+            os.environ[costs.CACHE_BYTES_ENV] = old
+        costs.last_level_cache_bytes.cache_clear()
 
 
 def _compile(case: FuzzCase, fn, args, overlay: bool):

@@ -1,9 +1,17 @@
-"""Lowering choices that pay off once rows are fused into one outer loop.
+"""The overlay's cost model for the C++ backend: cache sizes, thread counts,
+and the row and block thresholds its fusion and codegen choices compare
+against.
 
-With outer-loop fusion (``codegen/cpp_outer_loop_retile.py``) the passes of a
-normalization run one row at a time, so a row read twice comes from cache.
-Two lowering heuristics of stock Inductor assume the opposite, that every
-pass goes to memory, and pick compute over traffic:
+Every feature module reads its numbers here, so that one place says what
+the overlay assumes of the machine.  This module is a leaf: it imports
+nothing of the overlay (upstream modules only), and any feature module may
+import it.
+
+It also holds two lowering choices that pay off once rows are fused into one
+outer loop.  With outer-loop fusion (``codegen/cpp_outer_loop_retile.py``)
+the passes of a normalization run one row at a time, so a row read twice
+comes from cache.  Two lowering heuristics of stock Inductor assume the
+opposite, that every pass goes to memory, and pick compute over traffic:
 
 - var/var_mean over more than 1024 elements lowers to Welford, one pass with
   a division per element (``lowering.use_two_step_variance``);
@@ -16,7 +24,13 @@ The hooks apply only while their flags are on:
 
 from __future__ import annotations
 
+import functools
+import os
+from pathlib import Path
+
 import sympy
+
+from .utils import parallel_num_threads
 
 
 # Rows up to this many elements (512 KiB of float32: half of a 1 MiB L2, the
@@ -34,6 +48,109 @@ ROW_WORTH_TWO_STEPS = 2048
 # with a stride, so a loop reorder that strides the innermost loop over it
 # (cpp_loop_ordering.reorder_is_worthwhile) moves no extra memory.
 STRIDED_ACCESS_STAYS_CACHED = 256 * 1024
+
+# Bytes the consumer of an outer-block fusion may read in one outer
+# iteration (cpp_outer_block_fusion.py): half of a 1 MiB L2, so the block the
+# producer's passes left is still there.
+BLOCK_BYTES_IN_CACHE = 512 * 1024
+
+# The last-level cache when sysfs does not say.
+_FALLBACK_LLC_BYTES = 32 << 20
+# Overrides the cache size read from sysfs (to exercise streaming stores and
+# prefetches on small programs, as the fuzzer's streaming run does, or where
+# sysfs is wrong).
+CACHE_BYTES_ENV = "TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES"
+# A buffer smaller than this fraction of the last-level cache (1 MiB of
+# 32 MiB) stays in cache for its consumer whatever the kernel does: its
+# stores do not stream (0013) and its rows are not prefetched (0014).
+MIN_STREAMED_FRACTION = 32
+# How far ahead the last pass of an outer-loop fused kernel prefetches the
+# next rows (0014), rounded up to whole outer iterations.
+LOOKAHEAD_BYTES = 16 << 10
+
+
+@functools.cache
+def last_level_cache_bytes() -> int:
+    """Size of the largest CPU cache level: $TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES,
+    else sysfs, else 32 MiB."""
+    override = os.environ.get(CACHE_BYTES_ENV, "")
+    if override.isdigit():
+        return int(override)
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        if text and text[-1] in units and text[:-1].isdigit():
+            sizes.append(int(text[:-1]) * units[text[-1]])
+        elif text.isdigit():
+            sizes.append(int(text))
+    return max(sizes, default=_FALLBACK_LLC_BYTES)
+
+
+def stays_cached_below_bytes() -> int:
+    """Buffers smaller than this stay in the last-level cache for their
+    consumers (``MIN_STREAMED_FRACTION`` of it)."""
+    return last_level_cache_bytes() // MIN_STREAMED_FRACTION
+
+
+# Vector lanes of the widest float ISA we target; scalar work that replaces
+# vector work costs roughly this much more per element.
+VECTOR_LANES = 16
+# Stock's threshold for outer-loop fusion: an inner loop this many times
+# longer than the outer loops is better parallelized by itself.
+INNER_TO_OUTER = 300
+# Below this many iterations per kernel, a parallel inner loop costs more
+# in synchronization than it gains.
+SMALL_KERNEL_ITERATIONS = 65536
+# More iterations than this many per thread balance well enough whatever
+# the remainder.
+BALANCED_ITERATIONS_PER_THREAD = 8
+# A large node is fused over rows that stay in cache only when every
+# thread gets at least this many rows.
+ROWS_PER_THREAD = 8
+
+
+def feeds_every_thread(outer: int) -> bool:
+    """Whether a parallel loop of ``outer`` iterations leaves no thread idle."""
+    return outer >= parallel_num_threads()
+
+
+def balances_over_threads(outer: int) -> bool:
+    """Whether a parallel loop of ``outer`` iterations gives every thread an
+    equal share, or enough iterations that the remainder does not matter."""
+    threads = parallel_num_threads()
+    return outer >= threads and (
+        outer % threads == 0 or outer >= threads * BALANCED_ITERATIONS_PER_THREAD
+    )
+
+
+def rows_feed_every_thread(rows: int, row_numel: int) -> bool:
+    """Whether a fused loop over ``rows`` rows beats parallel inner loops.
+
+    Every thread gets ROWS_PER_THREAD rows or more, and a row stays in
+    cache between the passes over it.  (With fewer rows, a large node
+    keeps stock's parallel inner loops: upstream's
+    test_group_norm_large_input, 4 groups of 32768, expects that.)
+    """
+    threads = parallel_num_threads()
+    return rows >= threads * ROWS_PER_THREAD and row_numel <= ROW_FITS_IN_CACHE
+
+
+# A split of a consumer's loops that changes its innermost (vectorized)
+# extent is only taken when the consumer is this many times smaller than its
+# producer (cpp_outer_loop_split.py): it may then lose vector efficiency, but
+# on a negligible share of the work.
+SMALL_CONSUMER_RATIO = 16
+
+# Accumulators of a long horizontal reduction (0008): each iteration waits
+# for the add of the iteration this many before it, not the one before.
+ACCUMULATORS = 4
+# Fewer vector iterations per row and accumulator than this keep one
+# accumulator: the final combine would cost more than it saves.
+MIN_ITERATIONS_PER_ACCUMULATOR = 8
 
 
 def strided_inner_bytes(node, count_cached: bool = True) -> int:
@@ -77,7 +194,7 @@ def two_step_variance_threshold(
     but only where the outer-loop fusion will be accepted: its parallelism
     guard refuses rows more than INNER_TO_OUTER times longer than the number
     of rows unless every thread gets several rows
-    (``OuterLoopRetile.rows_feed_every_thread``), and unfused the two steps
+    (``rows_feed_every_thread``), and unfused the two steps
     would read the data from memory twice.
     Short rows pay too: LayerNorm over (2048, 2048) took 0.87 of stock's
     time with Welford and 0.36 in two steps, GroupNorm(32, 128) over
@@ -85,13 +202,9 @@ def two_step_variance_threshold(
     2026-11-30 rows under 4096 kept Welford.  Rows of 1025 to 2047 were not
     measured; they keep Welford.
     """
-    from .codegen.cpp_outer_loop_retile import OuterLoopRetile
-
     numel = _static_int(reduction_numel)
     rows = _static_int(outer_numel)
-    fusable = rows * OuterLoopRetile.INNER_TO_OUTER >= numel or (
-        OuterLoopRetile.rows_feed_every_thread(rows, numel)
-    )
+    fusable = rows * INNER_TO_OUTER >= numel or rows_feed_every_thread(rows, numel)
     if ROW_WORTH_TWO_STEPS <= numel <= ROW_FITS_IN_CACHE and fusable:
         return max(stock_threshold, numel)
     return stock_threshold

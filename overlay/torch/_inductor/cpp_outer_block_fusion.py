@@ -51,14 +51,12 @@ import torch
 from torch.utils._sympy.value_ranges import bound_sympy, ValueRanges
 
 from . import config
+from .codegen.cpp_outer_loop_retile import register_block_reuse_fusion
+from .cpp_fusion_costs import BLOCK_BYTES_IN_CACHE, feeds_every_thread
 from .dependencies import MemoryDep
 from .virtualized import V
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
-
-# Bytes the consumer may read in one outer iteration: half of a 1 MiB L2, so
-# the block the producer's passes left is still there.
-BLOCK_BYTES_IN_CACHE = 512 * 1024
 
 
 def outer_block_fusion_score(scheduler, node1, node2) -> int:
@@ -76,9 +74,12 @@ def outer_block_fusion_score(scheduler, node1, node2) -> int:
     return sum(_buffer_bytes(scheduler, name) for name in shared)
 
 
+@register_block_reuse_fusion
 def is_outer_block_fusion(node) -> bool:
     """Whether an outer-loop fused node joins kernels whose deps only agree
-    block by block (fused by this module), not element by element."""
+    block by block (fused by this module), not element by element.  Such a
+    fusion is chosen for the cache reuse of each block: the re-tiled
+    attempt's parallelism guard (cpp_outer_loop_retile.py) keeps it."""
     outer_nodes = node.get_outer_nodes()
     return any(
         _reads_by_block(outer_nodes[:i], consumer)
@@ -270,8 +271,7 @@ def _fits_in_cache(node1, node2, depth: int) -> bool:
     outer = _outer_iterations(node1, depth)
     if outer is None:
         return False
-    threads = config.cpp.threads if config.cpp.threads > 0 else torch.get_num_threads()
-    if outer < threads:
+    if not feeds_every_thread(outer):
         return False  # the fused outer loop would leave threads idle
     read = _bytes_read(node2)
     return read // outer <= BLOCK_BYTES_IN_CACHE

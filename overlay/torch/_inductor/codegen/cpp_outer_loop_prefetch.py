@@ -55,6 +55,7 @@ from weakref import WeakKeyDictionary
 import sympy
 import torch
 
+from .. import cpp_fusion_costs as costs
 from ..utils import DeferredLineBase
 from ..virtualized import V
 from . import cpp_kernel_helpers as helpers, cpp_streaming_stores as streaming
@@ -63,8 +64,6 @@ from .cpp_utils import cexpr_index
 
 log = torch._logging.getArtifactLogger(__name__, "fusion")
 
-# How far ahead to prefetch, rounded up to whole outer iterations.
-LOOKAHEAD_BYTES = 16 << 10
 # LoopBody ops whose cost per element dwarfs a load's: a pass that computes
 # one of them is bound by its math, not by memory.
 TRANSCENDENTAL_OPS = frozenset(
@@ -194,7 +193,7 @@ def _plan(outer_nest, kernel) -> bool:
             _slots[k].rows.clear()
     if len(passes) < 2 or not outer_nest.loops:
         return False
-    if streaming.footprint_bytes(kernel.args) < streaming.last_level_cache_bytes():
+    if streaming.footprint_bytes(kernel.args) < costs.last_level_cache_bytes():
         return False
     outer = outer_nest.loops[-1]
     if not isinstance(outer.steps, (int, sympy.Integer)):
@@ -245,12 +244,13 @@ class _Rows:
         )
 
     def ahead(self, load: _Load) -> int:
-        """Bytes to the same offset LOOKAHEAD_BYTES ahead in whole rows, or 0."""
+        """Bytes to the same offset LOOKAHEAD_BYTES (the cost model's) ahead
+        in whole rows, or 0."""
         stride = static_stride(load.index, self.outer_var, load.kernel.itervars)
         if not stride:
             return 0
         row_bytes = stride * self.step * 4  # float32
-        return math.ceil(LOOKAHEAD_BYTES / row_bytes) * row_bytes
+        return math.ceil(costs.LOOKAHEAD_BYTES / row_bytes) * row_bytes
 
     def uses_only(self, index: sympy.Expr, loop_var) -> bool:
         return index.free_symbols <= {loop_var, self.outer_var}
@@ -325,6 +325,6 @@ def _too_large_to_stay_cached(args, name: str) -> bool:
     """Whether the buffer behind ``name`` is one a pass evicts: at least
     the share of the cache below which streaming stores leave outputs alone
     (an attention mask of 256 KiB stays in cache and gains nothing)."""
-    minimum = streaming.last_level_cache_bytes() // streaming.MIN_STREAMED_FRACTION
+    minimum = costs.stays_cached_below_bytes()
     names = streaming.names_of_memory(args, name)
     return any(streaming.buffer_bytes(n) >= minimum for n in names)

@@ -30,14 +30,19 @@ import sympy
 import torch
 
 from .. import metrics
-from ..cpp_outer_block_fusion import is_outer_block_fusion
-from ..utils import parallel_num_threads
+from ..cpp_fusion_costs import (
+    balances_over_threads,
+    INNER_TO_OUTER,
+    rows_feed_every_thread,
+    SMALL_KERNEL_ITERATIONS,
+    VECTOR_LANES,
+)
 from ..virtualized import V
 from .cpp import CppVecKernel, TilingSelect
 
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from .cpp import CppKernelProxy, OuterLoopFusedSchedulerNode
 
@@ -135,30 +140,33 @@ def _iterations(proxy: CppKernelProxy) -> int:
     return math.prod(_hint(size) for size in proxy.call_ranges or ())
 
 
+# Predicates over an OuterLoopFusedSchedulerNode that tell a fusion chosen
+# for the cache reuse of each outer block (register_block_reuse_fusion).
+_BLOCK_REUSE_FUSIONS: list[Callable[[OuterLoopFusedSchedulerNode], bool]] = []
+
+
+def register_block_reuse_fusion(
+    predicate: Callable[[OuterLoopFusedSchedulerNode], bool],
+) -> Callable[[OuterLoopFusedSchedulerNode], bool]:
+    """Register (as a decorator) ``predicate(node)``: whether an outer-loop
+    fused node was fused for the cache reuse of each outer block, so that the
+    re-tiled attempt's parallelism guard keeps its fused loop whenever that
+    loop balances over the threads.  A feature that makes such fusions
+    registers its own (cpp_outer_block_fusion.py)."""
+    if predicate not in _BLOCK_REUSE_FUSIONS:
+        _BLOCK_REUSE_FUSIONS.append(predicate)
+    return predicate
+
+
 class OuterLoopRetile:
     """One re-tiling attempt for a node whose stock outer-loop fusion failed.
 
     It replaces stock's acceptance test (``check_outer_fusion_loop_level_attr``)
     for the attempt with three checks: the outer levels agree, the fused outer
     loop is still the one worth parallelizing, and little vectorized work turns
-    scalar.
+    scalar.  The thresholds (INNER_TO_OUTER, ...) are the cost model's,
+    cpp_fusion_costs.py.
     """
-
-    # Vector lanes of the widest float ISA we target; scalar work that replaces
-    # vector work costs roughly this much more per element.
-    VECTOR_LANES = 16
-    # Stock's threshold: an inner loop this many times longer than the outer
-    # loops is better parallelized by itself.
-    INNER_TO_OUTER = 300
-    # Below this many iterations per kernel, a parallel inner loop costs more
-    # in synchronization than it gains.
-    SMALL_KERNEL_ITERATIONS = 65536
-    # More iterations than this many per thread balance well enough whatever
-    # the remainder.
-    BALANCED_ITERATIONS_PER_THREAD = 8
-    # A large node is fused over rows that stay in cache only when every
-    # thread gets at least this many rows.
-    ROWS_PER_THREAD = 8
 
     def __init__(self, node: OuterLoopFusedSchedulerNode, vectorized_before):
         self.node = node
@@ -212,43 +220,25 @@ class OuterLoopRetile:
         every thread gets ROWS_PER_THREAD rows that each stay in cache
         between the passes (GroupNorm(8, 64) over (8, 64, 64, 64), 64 groups
         of 32768 elements: 3 nests -> 1, 0.60-0.67 of stock's time).
+        A fusion chosen for the cache reuse of each outer block
+        (``register_block_reuse_fusion``) only has to balance: parallel inner
+        loops would give that reuse up.
         """
         outer = math.prod(
             _hint(level.size) for level in _outer_levels(proxies[0], self.depth) or ()
         )
         inner_heavy = any(
-            _first_inner_range(p, self.depth) > outer * self.INNER_TO_OUTER
-            for p in proxies
+            _first_inner_range(p, self.depth) > outer * INNER_TO_OUTER for p in proxies
         )
         if not inner_heavy:
             return True
-        threads = parallel_num_threads()
-        balanced = outer >= threads and (
-            outer % threads == 0
-            or outer >= threads * self.BALANCED_ITERATIONS_PER_THREAD
-        )
-        if is_outer_block_fusion(self.node):
-            # Chosen for its per-block cache reuse, which parallel inner
-            # loops would give up (cpp_outer_block_fusion.py).
+        balanced = balances_over_threads(outer)
+        if any(reuses(self.node) for reuses in _BLOCK_REUSE_FUSIONS):
             return balanced
         iterations = max(_iterations(p) for p in proxies)
-        if iterations <= self.SMALL_KERNEL_ITERATIONS:
+        if iterations <= SMALL_KERNEL_ITERATIONS:
             return balanced
-        return self.rows_feed_every_thread(outer, iterations // max(outer, 1))
-
-    @classmethod
-    def rows_feed_every_thread(cls, rows: int, row_numel: int) -> bool:
-        """Whether a fused loop over ``rows`` rows beats parallel inner loops.
-
-        Every thread gets ROWS_PER_THREAD rows or more, and a row stays in
-        cache between the passes over it.  (With fewer rows, a large node
-        keeps stock's parallel inner loops: upstream's
-        test_group_norm_large_input, 4 groups of 32768, expects that.)
-        """
-        from ..cpp_fusion_costs import ROW_FITS_IN_CACHE
-
-        threads = parallel_num_threads()
-        return rows >= threads * cls.ROWS_PER_THREAD and row_numel <= ROW_FITS_IN_CACHE
+        return rows_feed_every_thread(outer, iterations // max(outer, 1))
 
     def _keeps_vector_work(self, proxies: Sequence[CppKernelProxy]) -> bool:
         """Cost guard: the merge must not lose more vector work than it is worth.
@@ -265,7 +255,7 @@ class OuterLoopRetile:
             for w, before, proxy in zip(work, self.vectorized_before, proxies)
             if before and not _is_vectorized(proxy)
         )
-        if lost * self.VECTOR_LANES > sum(work):
+        if lost * VECTOR_LANES > sum(work):
             _log(
                 self.node,
                 "rejected by cost guard: %d of %d iterations would turn scalar",

@@ -29,6 +29,7 @@ import sympy
 
 import torch
 
+from ..cpp_fusion_costs import SMALL_CONSUMER_RATIO, strided_inner_bytes
 from ..scheduler import (
     FusedSchedulerNode,
     refresh_group_node_dependencies,
@@ -43,11 +44,6 @@ if TYPE_CHECKING:
 
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
-
-# A split that changes the consumer's innermost (vectorized) extent is only
-# taken when the consumer is this many times smaller than its producer: it may
-# then lose vector efficiency, but on a negligible share of the work.
-SMALL_CONSUMER_RATIO = 16
 
 
 def shared_outer_levels(
@@ -123,7 +119,8 @@ def _leaf_nodes(node: BaseSchedulerNode) -> list[SchedulerNode] | None:
 def _worth_splitting(
     producer: BaseSchedulerNode, old: Sequence[int], new: Sequence[int]
 ) -> bool:
-    """Cost guard: keep the innermost extent unless the consumer is tiny."""
+    """Cost guard: keep the innermost extent unless the consumer is
+    SMALL_CONSUMER_RATIO times smaller than its producer."""
     if old[-1] == new[-1]:
         return True
     _, (iter_sizes, reduce_sizes) = producer.group
@@ -170,8 +167,6 @@ def _reduces_across_strided_memory(producer: BaseSchedulerNode) -> bool:
     kernels into that tiled outer loop made the ConvNeXt-style LayerNorm
     1.17-1.25x slower than stock's separate loop nests.
     """
-    from ..cpp_fusion_costs import strided_inner_bytes
-
     return any(
         strided_inner_bytes(sn) > 0
         for sn in producer.get_nodes()

@@ -67,9 +67,8 @@ import sympy
 import torch
 
 from .. import config
+from ..cpp_fusion_costs import ACCUMULATORS, MIN_ITERATIONS_PER_ACCUMULATOR
 
-ACCUMULATORS = 4
-MIN_ITERATIONS_PER_ACCUMULATOR = 8
 # Vector adds per lane that CascadeSumHelper sums before it cascades
 # (its kChunkSize as cpp.py instantiates it).
 CASCADE_CHUNK = 4096

@@ -15,7 +15,8 @@ full-vector float32 stores of a kernel's output when
   that fit in the cache), so by the time a consumer reads the output from
   its start, a sequential pass has evicted it anyway;
 - the output is at least 1/MIN_STREAMED_FRACTION of the cache (1 MiB of
-  32 MiB; small outputs stay cached);
+  32 MiB; small outputs stay cached; the cache size and the fraction are the
+  cost model's, cpp_fusion_costs.py);
 - the kernel does not read that output back itself (directly or through an
   in-place alias).
 
@@ -45,14 +46,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-from pathlib import Path
 
 import sympy
 import torch
 from torch.utils._sympy.symbol import free_symbol_is_type, SymT
 
-from .. import cpu_vec_isa
+from .. import cpp_fusion_costs as costs, cpu_vec_isa
 from ..sizevars import stride_at_vec_range
 from ..utils import DeferredLineBase, IndentedBuffer
 from ..virtualized import V
@@ -60,14 +59,6 @@ from . import cpp_kernel_helpers as helpers
 from .common import DeferredLine, is_buffer_removed
 from .cpp_utils import cexpr_index
 from .cpp_invariant_loads import memory_of_buffer
-
-# Outputs smaller than this fraction of the cache (1 MiB of 32 MiB) stay in
-# cache for their consumer whatever the kernel does.
-MIN_STREAMED_FRACTION = 32
-_FALLBACK_LLC_BYTES = 32 << 20
-# Overrides the cache size read from sysfs (to exercise streaming on small
-# programs, as the fuzzer's streaming run does, or where sysfs is wrong).
-CACHE_BYTES_ENV = "TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES"
 
 _FENCE = f"{helpers.STREAM_FENCE}();"
 
@@ -170,7 +161,7 @@ def plan_streaming(kernel_group) -> list[str]:
         store.streamed = False
     if not stores or not has_streaming_stores(cpu_vec_isa.pick_vec_isa()):
         return []
-    if cold_footprint_bytes(args) < last_level_cache_bytes():
+    if cold_footprint_bytes(args) < costs.last_level_cache_bytes():
         return []
     streamed = _streamable_buffers(kernel_group, {s.name for s in stores})
     if not streamed:
@@ -199,7 +190,7 @@ def _streamable_buffers(kernel_group, stored: set[str]) -> set[str]:
         for node in kernel_group.scheduled_nodes
         for dep in node.read_writes.reads
     }
-    min_bytes = last_level_cache_bytes() // MIN_STREAMED_FRACTION
+    min_bytes = costs.stays_cached_below_bytes()
     result = set()
     for name in stored:
         if is_buffer_removed(name) or memory_of_buffer(args, name) in read:
@@ -222,27 +213,6 @@ def names_of_memory(args, name: str) -> list[str]:
     ]
 
 
-@functools.cache
-def last_level_cache_bytes() -> int:
-    """Size of the largest CPU cache level: $TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES,
-    else sysfs, else 32 MiB."""
-    override = os.environ.get(CACHE_BYTES_ENV, "")
-    if override.isdigit():
-        return int(override)
-    sizes = []
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            text = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-        if text and text[-1] in units and text[:-1].isdigit():
-            sizes.append(int(text[:-1]) * units[text[-1]])
-        elif text.isdigit():
-            sizes.append(int(text))
-    return max(sizes, default=_FALLBACK_LLC_BYTES)
-
-
 def footprint_bytes(args) -> int:
     names = {*args.input_buffers, *args.output_buffers, *args.inplace_buffers}
     return sum(buffer_bytes(name) for name in names)
@@ -256,7 +226,7 @@ def cold_footprint_bytes(args) -> int:
     the matmul): streaming the output then pushes to memory data that its
     consumer reads back, for a kernel that never left the cache.
     """
-    cache = last_level_cache_bytes()
+    cache = costs.last_level_cache_bytes()
     hot = {
         name
         for name in args.input_buffers
