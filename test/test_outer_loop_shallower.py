@@ -41,7 +41,9 @@ def qknorm_args(batch, heads, seq=128, dim=64):
 
 def _compile(args, threads, **flags):
     extra = {"cpp.threads": threads, **flags}
-    return compile_shipped_and_inspect(qknorm_interleaved_rope, args, extra_config=extra)
+    return compile_shipped_and_inspect(
+        qknorm_interleaved_rope, args, extra_config=extra
+    )
 
 
 def test_norm_and_rope_merge_over_batch_and_heads():

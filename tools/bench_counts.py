@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="comma-separated workload names")
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--check", action="store_true",
-                        help="exit 1 if a case executes or misses more than stock")  # fmt: skip
+                        help="exit 1 if a case does more work than stock")  # fmt: skip
     parser.add_argument("--child", choices=["codegen", "run"], help=argparse.SUPPRESS)
     parser.add_argument("--workload", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)

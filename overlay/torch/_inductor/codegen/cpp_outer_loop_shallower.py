@@ -18,12 +18,12 @@ of a (B, H) block are read back from cache by the RoPE pass: one nest
 instead of two.
 
 Each shallower depth, deepest first, is tried as a re-tiling attempt (the
-same acceptance: levels agree, parallelism and vector-work guards) and only
+same acceptance: levels agree, parallelism and vector-work guards), only
 where its outer loops give every thread a balanced share, and only for a
 node whose loops pass the parallelism guard at the scheduler's depth (a
-node refused for its long inner loops keeps stock's parallel inner loops).  Kernels that do
-not merge at any depth go on to the next fallback (0012's regroup, then
-stock's separate nests).
+node refused for its long inner loops keeps stock's parallel inner loops).
+Kernels that do not merge at any depth go on to the next fallback (0012's
+regroup, then stock's separate nests).
 
 Flag: ``config.cpp.outer_loop_shallower_fusion``
 (TORCHINDUCTOR_CPP_OUTER_LOOP_SHALLOWER_FUSION).  Merges are counted in
@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ..utils import parallel_num_threads
+from ..cpp_fusion_costs import balances_over_threads
 from .cpp_outer_loop_retile import _hint, _is_vectorized, _log, OuterLoopRetile
 
 
@@ -51,8 +51,8 @@ class ShallowerFusion(OuterLoopRetile):
     def _keeps_parallelism(self, proxies: Sequence[CppKernelProxy]) -> bool:
         # Stock's kernels parallelize their own, longer merged loops; the
         # shorter fused loop must still feed every thread evenly.
-        if not feeds_every_thread(_outer_iterations(self.node, self.depth)):
-            _log(self.node, "rejected at depth %d: too few outer iterations", self.depth)
+        if not balances_over_threads(_outer_iterations(self.node, self.depth)):
+            _log(self.node, "rejected at depth %d: too few iterations", self.depth)
             return False
         return super()._keeps_parallelism(proxies)
 
@@ -78,7 +78,7 @@ def shallower_attempts(
         return
     for depth in range(node.outer_loop_fusion_depth - 1, 0, -1):
         outer = _outer_iterations(node, depth)
-        if not feeds_every_thread(outer):
+        if not balances_over_threads(outer):
             break  # shallower depths only have fewer outer iterations
         shallow = OuterLoopFusedSchedulerNode(node.scheduler, members, depth)
         _log(node, "retrying at depth %d (%d outer iterations)", depth, outer)
@@ -90,11 +90,3 @@ def _outer_iterations(node: OuterLoopFusedSchedulerNode, depth: int) -> int:
     _, (sizes, _) = node.get_outer_nodes()[0].group
     return math.prod(_hint(size) for size in sizes[:depth])
 
-
-def feeds_every_thread(outer: int) -> bool:
-    """Whether ``outer`` iterations split evenly enough over the threads."""
-    threads = parallel_num_threads()
-    return outer >= threads and (
-        outer % threads == 0
-        or outer >= threads * OuterLoopRetile.BALANCED_ITERATIONS_PER_THREAD
-    )
