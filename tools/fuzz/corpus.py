@@ -153,6 +153,18 @@ CORPUS = (
         dynamic=True,
         flags="shipped",
     ),
+    # 0018: RMS norm, then RoPE on interleaved pairs (stack, flatten): fused
+    # over (B, H, S) the RoPE kernel would lose its 2-D tile and run scalar,
+    # so the kernels merge over (B, H)
+    _case(
+        "    v1 = x0 * torch.rsqrt(x0.pow(2).mean(-1, keepdim=True) + 1e-6)\n"
+        "    v2 = v1.reshape(2, 4, 16, 8, 2)\n    a, b = v2[..., 0], v2[..., 1]\n"
+        "    v3 = torch.stack([a * w1 - b * w2, a * w2 + b * w1], dim=-1)\n"
+        "    return (v3.flatten(-2),)\n",
+        [(2, 4, 16, 16)],
+        ["norm", "reshape", "slice", "binary", "cat"],
+        weights=[(16, 8), (16, 8)],
+    ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)
     _case(

@@ -81,6 +81,7 @@ REGROUP = _C + "cpp_outer_loop_regroup.py"
 STREAM = _C + "cpp_streaming_stores.py"
 HELPERS = _C + "cpp_kernel_helpers.py"
 PREFETCH = _C + "cpp_outer_loop_prefetch.py"
+SHALLOW = _C + "cpp_outer_loop_shallower.py"
 
 MUTANTS = (
     # 0002 re-tile
@@ -701,6 +702,47 @@ MUTANTS = (
         "bound",
         cost_only="an unroll pragma right before a for statement changes how "
         "the loop compiles, not what it computes; here only which loop gets it",
+    ),
+    # 0018 shallower merge: its legality is 0002's acceptance at the shallow
+    # depth; the mutant that checks one level too few is the one that can
+    # change values, the guards only choose between correct kernels
+    Mutant(
+        "0018",
+        "one-level-unchecked",
+        SHALLOW,
+        "        yield shallow, ShallowerFusion(shallow, vectorized)",
+        "        attempt = ShallowerFusion(shallow, vectorized)\n"
+        "        attempt.depth -= 1\n        yield shallow, attempt",
+        "bound",
+    ),
+    Mutant(
+        "0018",
+        "threads-unchecked",
+        SHALLOW,
+        "        if not balances_over_threads(outer):\n            break",
+        "        if False:\n            break",
+        "check",
+        cost_only="how many threads share the fused loop, not what it computes",
+    ),
+    Mutant(
+        "0018",
+        "parallel-inner-loops-ignored",
+        SHALLOW,
+        "    if not OuterLoopRetile(node, vectorized)._keeps_parallelism("
+        "stock_proxies):",
+        "    if False:",
+        "check",
+        cost_only="which loop runs in parallel, not what the kernels compute",
+    ),
+    Mutant(
+        "0018",
+        "partial-stock-attempt",
+        SHALLOW,
+        "    if len(stock_proxies) != len(members):\n        return",
+        "    if not stock_proxies:\n        return",
+        "rollback",
+        cost_only="the stock attempt's kernels only feed the vector-work guard; "
+        "every shallower attempt is generated and checked anew",
     ),
 )
 

@@ -43,7 +43,8 @@ REACH = (
         "re-tile",
         "codegen.cpp_outer_loop_retile",
         "OuterLoopRetile.accepts",
-        lambda a, r: bool(r),
+        # a merge at a shallower depth (0018's subclass) is 0018's
+        lambda a, r: bool(r) and type(a[0]).__name__ == "OuterLoopRetile",
     ),
     Decision(
         "0003",
@@ -149,6 +150,13 @@ REACH = (
         "codegen.cpp_reduction_accumulators",
         "unroll_rotated_loop",
         lambda a, r: len(r) != len(a[0]),
+    ),
+    Decision(
+        "0018",
+        "shallower merge",
+        "codegen.cpp_outer_loop_shallower",
+        "ShallowerFusion.accepts",
+        lambda a, r: bool(r),
     ),
 )
 
