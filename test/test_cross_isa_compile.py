@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,6 +62,41 @@ def cross_syntax_check(source: Path, manifest: dict) -> subprocess.CompletedProc
 
 
 STREAMING = ("stream_store_f32(", "stream_fence()")
+# Spellings of one compiler or ISA in the overlay's kernel helpers
+# (cpp_kernel_helpers.py), and the preprocessor branch each must sit in, so
+# that MSVC (Inductor's Windows compiler) or a build for another ISA never
+# compiles one: kernels call the helpers, never these.
+GUARDED = {
+    "__builtin_prefetch": "defined(__GNUC__) || defined(__clang__)",
+    "_mm_prefetch": "defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))",
+    "__prefetch(": "defined(_MSC_VER) && defined(_M_ARM64)",
+    "_mm512_stream_ps": "defined(CPU_CAPABILITY_AVX512)",
+    "_mm256_stream_ps": "defined(CPU_CAPABILITY_AVX2)",
+    "_mm_sfence": "defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)",
+}
+DIRECTIVE = re.compile(r"#\s*(ifdef|ifndef|if|elif|else|endif)\b\s*(.*)")
+
+
+def unguarded(code: str) -> list[str]:
+    """Lines that use a GUARDED spelling outside a branch of its condition
+    (the innermost open #if/#elif)."""
+    branches: list[str] = []  # the open branch's condition, per nesting level
+    found = []
+    for line in code.splitlines():
+        directive = DIRECTIVE.match(line.strip())
+        if directive:
+            kind, condition = directive.groups()
+            if kind.startswith("if"):
+                branches.append(condition)
+            elif kind == "endif":
+                branches.pop()
+            else:
+                branches[-1] = condition if kind == "elif" else "#else"
+            continue
+        for spelling, condition in GUARDED.items():
+            if spelling in line and branches[-1:] != [condition]:
+                found.append(line.strip())
+    return found
 
 
 def assert_features_taken(out: Path, manifest: dict, *, streams: bool) -> None:
@@ -68,10 +104,30 @@ def assert_features_taken(out: Path, manifest: dict, *, streams: bool) -> None:
     too where the ISA has non-temporal stores (x86), in none elsewhere."""
     code = "\n".join(path.read_text() for path in kernels(out, manifest))
     assert "prefetch_ahead(" in code, f"no kernel of {manifest['isa']} prefetches"
+    assert "__builtin_prefetch" in code  # the helper's definition
+    assert not unguarded(code), f"{manifest['isa']}: {unguarded(code)[:3]}"
     for helper in STREAMING:
         assert (helper in code) == streams, (
             f"{manifest['isa']}: {helper} {'missing' if streams else 'emitted'}"
         )
+
+
+def test_a_compiler_builtin_outside_its_guard_is_found():
+    helper = (
+        "#if defined(__GNUC__) || defined(__clang__)\n"
+        "    __builtin_prefetch(address, 0, 3);\n"
+        "#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))\n"
+        "    _mm_prefetch(address, _MM_HINT_T0);\n"
+        "#endif\n"
+    )
+    assert unguarded(helper) == []
+    swapped = helper.replace("_mm_prefetch(", "__builtin_prefetch(", 1)
+    assert unguarded(swapped) == ["__builtin_prefetch(address, _MM_HINT_T0);"]
+    kernel_line = "    __builtin_prefetch(in_ptr0 + x0);\n"
+    assert unguarded(helper + kernel_line) == [kernel_line.strip()]
+    assert unguarded("#if defined(CPU_CAPABILITY_AVX512)\n_mm_sfence();\n#endif") == [
+        "_mm_sfence();"
+    ]
 
 
 @pytest.mark.parametrize("isa", X86)

@@ -23,6 +23,7 @@ from compile_utils import (
     vector_lanes,
 )
 from torch._inductor.codegen.cpp_outer_loop_prefetch import static_stride
+from torch.testing import FileCheck
 from torch.utils._sympy.functions import ModularIndexing
 
 PREFETCH_OFF = {"cpp.outer_loop_prefetch": False}
@@ -58,6 +59,27 @@ def test_layernorm_prefetches_four_rows_ahead_in_its_last_pass(cache_of):
     # the x's own load, 16 KiB ahead: four rows of 4 KiB
     assert PREFETCH.findall(on.code) == [("in_ptr0", "x1 + 1024L*x0", "16384")]
     assert "prefetch_ahead" not in off.code
+
+
+@requires_vectors
+def test_the_prefetch_builtin_sits_under_its_compiler_guard(cache_of):
+    # MSVC (Inductor's Windows compiler) has no __builtin_prefetch: the
+    # kernel calls a helper that spells the prefetch per compiler
+    cache_of(1 << 20)
+    fn, args = torch.nn.LayerNorm(1024), (torch.randn(512, 1024),)
+    on = compile_shipped_and_inspect(fn, args)
+    FileCheck().check("inline void prefetch_ahead(").check(
+        "#if defined(__GNUC__) || defined(__clang__)"
+    ).check_next("__builtin_prefetch(address").check(
+        "#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))"
+    ).check_next("_mm_prefetch(address").check(
+        "#elif defined(_MSC_VER) && defined(_M_ARM64)"
+    ).check_next("__prefetch(address").check("#else").check_next(
+        "(void)address;"
+    ).check_next("#endif").check("prefetch_ahead(in_ptr0 + ").run(on.code)
+    FileCheck().check_count("__builtin_prefetch", 1, exactly=True).check_count(
+        "_mm_prefetch", 1, exactly=True
+    ).run(on.code)
 
 
 @requires_vectors

@@ -20,6 +20,7 @@ from compile_utils import compile_shipped_and_inspect, requires_vectors, vector_
 from torch._inductor.codegen.common import InplacedBuffer, KernelArgs
 from torch._inductor.utils import IndentedBuffer
 from torch._inductor.virtualized import V
+from torch.testing import FileCheck
 
 STREAMED = "stream_store_f32(out_ptr"
 ONE_THREAD = {"cpp.threads": 1}
@@ -48,6 +49,29 @@ def test_output_of_a_kernel_larger_than_the_cache_is_streamed(cache_of):
     assert on.code.count(STREAMED) == 1 and STREAMED not in off.code
     assert "stream_fence();" in on.code
     assert on.nests == off.nests == [1]
+
+
+@requires_vectors
+def test_stream_intrinsics_sit_under_their_isa_guards(cache_of):
+    # the kernel calls helpers; the x86 intrinsics are only compiled where
+    # the build's ISA macro says the CPU has them (MSVC included), and other
+    # ISAs get a plain store and no fence
+    cache_of(1 << 20)
+    fn, args = layernorm(1024)
+    on = compile_shipped_and_inspect(fn, args, extra_config=ONE_THREAD)
+    FileCheck().check("inline void stream_store_f32(").check(
+        "#if defined(CPU_CAPABILITY_AVX512)"
+    ).check("_mm512_stream_ps(ptr, vec);").check(
+        "#elif defined(CPU_CAPABILITY_AVX2)"
+    ).check("_mm256_stream_ps(ptr, vec);").check("#endif").check_next(
+        "vec.store(ptr);"
+    ).check("inline void stream_fence()").check_next(
+        "#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)"
+    ).check_next("_mm_sfence();").check_next("#endif").check(
+        "stream_store_f32(out_ptr"
+    ).run(on.code)
+    for intrinsic in ("_mm512_stream_ps", "_mm256_stream_ps", "_mm_sfence"):
+        FileCheck().check_count(intrinsic, 1, exactly=True).run(on.code)
 
 
 def test_kernel_within_the_cache_is_unchanged(cache_of):

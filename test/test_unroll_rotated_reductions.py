@@ -122,3 +122,15 @@ def test_gcc_builds_register_webs_only_under_the_flag():
     assert "fweb" not in off
     assert ("fweb" in on) == cpp_builder.is_gcc()
     assert [flag for flag in on if flag != "fweb"] == off
+
+
+def test_a_compiler_without_unroll_pragmas_gets_none(monkeypatch):
+    # MSVC (neither GCC nor Clang) keeps the moves rather than see a pragma
+    # of another compiler
+    from torch._inductor.codegen.cpp_reduction_accumulators import _unroll_pragma
+
+    monkeypatch.setattr(cpp_builder, "is_gcc", lambda: False)
+    monkeypatch.setattr(cpp_builder, "is_clang", lambda: False)
+    assert _unroll_pragma(ACCUMULATORS) is None
+    monkeypatch.setattr(cpp_builder, "is_clang", lambda: True)
+    assert _unroll_pragma(ACCUMULATORS) == f"#pragma unroll {ACCUMULATORS}"

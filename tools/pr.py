@@ -359,8 +359,8 @@ def plan_commits(
         try:
             for rel, names in sorted(hooks[index].items()):
                 added += slicer.add(rel, sorted(names), patch.name)
-            for rel, names in sorted(completions[index].items()):
-                added += slicer.add(rel, names, f"{patch.name} (last to name it)")
+            for rel, completing in sorted(completions[index].items()):
+                added += slicer.add(rel, completing, f"{patch.name} (last to name it)")
         except SliceError as error:
             raise ExportError(f"{patch.name}: {error}") from error
         grown: dict[str, list[str]] = {}
@@ -446,8 +446,8 @@ def _completions(
     for index in reversed(range(len(patches))):
         probe = Slicer(sources)
         try:
-            for rel, names in sorted(hooks[index].items()):
-                probe.add(rel, sorted(names))
+            for rel, imported in sorted(hooks[index].items()):
+                probe.add(rel, sorted(imported))
             for rel in sorted(r for r, step in last.items() if step == index):
                 source = probe.modules[rel]
                 names = sorted(

@@ -7,6 +7,8 @@ in a kernel's loops: the loops call one of these helpers, which keeps the
 intrinsic behind its ISA or compiler guard and does the plain thing
 elsewhere (a plain store, no fence, no prefetch).
 
+The streaming stores' helpers are defined here; a feature may keep its own
+in its module (``define``, as the prefetch of cpp_outer_loop_prefetch.py).
 A kernel records the helpers it calls with ``use(args, name)``;
 ``KernelGroup.codegen_group`` writes their definitions after the
 ``cpp_prefix.h`` include (``write_definitions``).  Each definition has an
@@ -24,7 +26,6 @@ from ..utils import IndentedBuffer
 
 STREAM_STORE = "stream_store_f32"
 STREAM_FENCE = "stream_fence"
-PREFETCH = "prefetch_ahead"
 
 # Streaming stores exist for full float vectors on AVX512 and AVX2; the
 # fence orders the calling thread's, so it is needed exactly where they are.
@@ -60,36 +61,23 @@ inline void {STREAM_FENCE}() {{
 }}
 #endif"""
 
-# A prefetch is a hint: a compiler without one of these spellings drops it.
-_PREFETCH = f"""\
-#ifndef INDUCTOR_OVERLAY_PREFETCH_AHEAD
-#define INDUCTOR_OVERLAY_PREFETCH_AHEAD
-#if defined(_MSC_VER) && !defined(__clang__)
-#include <intrin.h>
-#endif
-// Asks for the cache line `bytes` past `ptr`; a prefetch never faults, so the
-// address may lie past the end of the buffer.
-inline void {PREFETCH}(const void* ptr, std::ptrdiff_t bytes) {{
-    auto address = reinterpret_cast<const char*>(
-        reinterpret_cast<std::uintptr_t>(ptr) + bytes);
-#if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(address, 0, 3);
-#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
-    _mm_prefetch(address, _MM_HINT_T0);
-#elif defined(_MSC_VER) && defined(_M_ARM64)
-    __prefetch(address);
-#else
-    (void)address;
-#endif
-}}
-#endif"""
-
-# name -> (definition, written in this order)
-_DEFINITIONS = {STREAM_STORE: _STREAMING, STREAM_FENCE: _STREAMING, PREFETCH: _PREFETCH}
+# name -> definition, written in this order; a feature that keeps its helper
+# in its own module adds it (``define``)
+_DEFINITIONS = {STREAM_STORE: _STREAMING, STREAM_FENCE: _STREAMING}
 
 # KernelArgs -> the helpers its kernel calls (KernelArgs is one per kernel
 # group; the entry goes with it)
 _used: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def define(name: str, definition: str) -> str:
+    """Add helper ``name`` with its C++ ``definition`` (a feature's own,
+    kept in its module); the name.  Helpers are written in the order they
+    were defined."""
+    if _DEFINITIONS.get(name, definition) != definition:
+        raise ValueError(f"C++ helper {name!r} is already defined otherwise")
+    _DEFINITIONS[name] = definition
+    return name
 
 
 def use(args, name: str) -> str:

@@ -37,9 +37,10 @@ does not read; both print nothing unless a plan asks for them.
 sympy index: the stride of the fused loop variable is the index's static
 coefficient of it), the kernel group's argument sizes, and the first pass's
 nodes (their ``LoopBody`` op counts tell a pass bound by its math), then
-generates the passes.  The prefetch is a helper of cpp_kernel_helpers.py:
-``__builtin_prefetch`` on GCC and Clang, ``_mm_prefetch`` / ``__prefetch``
-on MSVC.  Measurements: README, "Prefetching the next rows (0014)".
+generates the passes.  The prefetch is a C++ helper defined here and
+written before the kernel by cpp_kernel_helpers.py: ``__builtin_prefetch``
+on GCC and Clang, ``_mm_prefetch`` / ``__prefetch`` on MSVC, nothing on
+another compiler.  Measurements: README, "Prefetching the next rows (0014)".
 
 Flag: ``config.cpp.outer_loop_prefetch`` (TORCHINDUCTOR_CPP_OUTER_LOOP_PREFETCH).
 """
@@ -64,6 +65,32 @@ from .cpp_utils import cexpr_index
 
 log = torch._logging.getArtifactLogger(__name__, "fusion")
 
+# A prefetch is a hint: a compiler without one of these spellings drops it.
+_PREFETCH_DEFINITION = """\
+#ifndef INDUCTOR_OVERLAY_PREFETCH_AHEAD
+#define INDUCTOR_OVERLAY_PREFETCH_AHEAD
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+#endif
+// Asks for the cache line `bytes` past `ptr`; a prefetch never faults, so the
+// address may lie past the end of the buffer.
+inline void prefetch_ahead(const void* ptr, std::ptrdiff_t bytes) {
+    auto address = reinterpret_cast<const char*>(
+        reinterpret_cast<std::uintptr_t>(ptr) + bytes);
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(address, 0, 3);
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+    _mm_prefetch(address, _MM_HINT_T0);
+#elif defined(_MSC_VER) && defined(_M_ARM64)
+    __prefetch(address);
+#else
+    (void)address;
+#endif
+}
+#endif"""
+# The helper the kernels call (written before the kernel function,
+# cpp_kernel_helpers.py).
+PREFETCH = helpers.define("prefetch_ahead", _PREFETCH_DEFINITION)
 # LoopBody ops whose cost per element dwarfs a load's: a pass that computes
 # one of them is bound by its math, not by memory.
 TRANSCENDENTAL_OPS = frozenset(
@@ -91,7 +118,7 @@ class _Load:
 
     def prefetch(self, ahead: int | str) -> str:
         address = f"{self.pointer} + {cexpr_index(self.index)}"
-        return f"{helpers.PREFETCH}({address}, {ahead});"
+        return f"{PREFETCH}({address}, {ahead});"
 
 
 @dataclasses.dataclass(eq=False)
@@ -223,7 +250,7 @@ def _plan(outer_nest, kernel) -> bool:
             covered.add(rows.memory(load))
     if covered:
         log.debug("outer-loop prefetch: %d rows of the last pass", len(covered))
-        helpers.use(kernel.args, helpers.PREFETCH)
+        helpers.use(kernel.args, PREFETCH)
     return bool(covered)
 
 
