@@ -462,8 +462,11 @@ def test_cli_exit_codes(fake_checkout, tmp_path):
 
     no_src = run_cli("--out", str(out), "--onto", "HEAD", "--pytorch-src", "")
     assert no_src.returncode == 2 and "--onto needs --pytorch-src" in no_src.stderr
+    before = sorted(p.name for p in out.iterdir())
     not_torch = run_cli("--out", str(out), "--pytorch-src", str(tmp_path))
     assert not_torch.returncode == 1 and "not a PyTorch checkout" in not_torch.stderr
+    assert "wrote" not in not_torch.stdout  # refused before exporting anything
+    assert sorted(p.name for p in out.iterdir()) == before
 
 
 def pick_line(root: Path) -> tuple[str, str]:

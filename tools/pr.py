@@ -1553,6 +1553,14 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("git") is None:
         print("error: git is needed", file=sys.stderr)
         return 2
+    if args.pytorch_src and not (Path(args.pytorch_src) / "torch").is_dir():
+        # before the export and its step checks: bad input changes nothing
+        print(
+            f"error: PYTORCH_SRC={args.pytorch_src} has no torch/: "
+            "not a PyTorch checkout",
+            file=sys.stderr,
+        )
+        return 1
     try:
         runner = make_runner(args)
         try:
@@ -1569,10 +1577,6 @@ def main(argv: list[str] | None = None) -> int:
         code = 0 if steps_green(export) else 1
         if args.pytorch_src:
             src = Path(args.pytorch_src)
-            if not (src / "torch").is_dir():
-                raise ExportError(
-                    f"PYTORCH_SRC={src} has no torch/: not a PyTorch checkout"
-                )
             ref = args.onto or "HEAD"
             env = git_env(repo_identity(), repo_date())
             onto_dir = args.out / f"onto-{safe_ref_name(ref)}"
