@@ -39,10 +39,10 @@ def test_more_instructions_or_misses_are_marked():
             "workload": "worse", "nests_stock": 3, "nests_patched": 1,
             "same_code": False, "stock": counts, "patched": counts,
             "Ir_ratio": 1.2, "D1_misses_ratio": 0.5, "LL_misses_ratio": 0.9,
-            "worse": ["Ir"],
+            "worse": ["Ir"], "unmodelled": ["prefetch"],
         },
     ]  # fmt: skip
     table = bench_counts.markdown(rows, "main", 3)
     assert "| same | 2→2 | same |" in table
-    row = "| worse | 3→1 | differs | 100 | 1.200 | 0.500 | 5 | 0.900 | more Ir |"
+    row = "| 100 | 1.200 | 0.500 | 5 | 0.900 | more Ir (uses prefetch) |"
     assert row in table
