@@ -13,8 +13,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -150,12 +152,26 @@ def test_a_dead_worker_leaves_a_repro_of_its_last_program(tmp_path):
 # --- the ci profile ---------------------------------------------------------
 
 
-def test_fuzz_ci_profile(tmp_path):
+def test_fuzz_ci_profile(tmp_path, monkeypatch):
     """`make test`'s share of fuzzing: no overlay failure; every overlay
-    feature changed the kernels of at least one program."""
+    feature changed the kernels of at least one program; the run's own
+    Inductor cache is gone afterwards."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    removed: list[str] = []
+    rmtree = shutil.rmtree
+
+    def recording_rmtree(path, *args, **kwargs):
+        removed.append(str(path))
+        return rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", recording_rmtree)
     lines: list[str] = []
     summary = run_fuzz("ci", seed=0, workers=min(2, os.cpu_count() or 1),
                        out_dir=tmp_path / "run", log=lines.append)  # fmt: skip
+    caches = [p for p in removed if "fuzz-inductor-cache-" in p]
+    assert len(caches) == 1 and caches[0].startswith(str(tmp_path)), removed
+    assert not list(tmp_path.glob("fuzz-inductor-cache-*"))
     report = "\n".join(lines)
     print(report)
     assert summary.ok, report

@@ -26,9 +26,11 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -445,8 +447,15 @@ def run_fuzz(
 
     start = time.time()
     deadline = start + seconds if seconds else float("inf")
+    # Every program compiles twice and leaves its .so files in Inductor's
+    # cache: a long run filled tens of GB of /tmp.  Unless the caller chose
+    # a cache, the run gets its own, removed when the run ends.
+    own_cache = None
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        own_cache = tempfile.mkdtemp(prefix="fuzz-inductor-cache-")
     env = {
         **os.environ,
+        **({"TORCHINDUCTOR_CACHE_DIR": own_cache} if own_cache else {}),
         "TORCHINDUCTOR_COMPILE_THREADS": "1",  # one process per worker, no compile pool
         "PYTHONPATH": os.pathsep.join(
             [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -515,6 +524,8 @@ def run_fuzz(
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        if own_cache:
+            shutil.rmtree(own_cache, ignore_errors=True)
 
     records = _read_records(out_dir, workers)
     crashed = _crashed_workers(procs, records, out_dir, repro_dir)
