@@ -115,8 +115,8 @@ def _env(variant: str, base: dict[str, str], work: Path) -> dict[str, str]:
     return env
 
 
-def _child(opts, mode: str, name: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "tools.bench_counts", "--suite", opts.suite,
+def _child(suite: str, mode: str, name: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "tools.bench_counts", "--suite", suite,
             "--child", mode, "--workload", name, *extra]  # fmt: skip
 
 
@@ -125,8 +125,7 @@ def generated_code(
 ) -> dict:
     """The kernels and loop nests of one workload compiled as ``variant``."""
     out = work / f"{name}.{variant}.json"
-    command = [sys.executable, "-m", "tools.bench_counts", "--suite", suite,
-               "--child", "codegen", "--workload", name, "--out", str(out)]  # fmt: skip
+    command = _child(suite, "codegen", name, "--out", str(out))
     subprocess.run(command, env=_env(variant, base, work), check=True,
                    capture_output=True)  # fmt: skip
     return json.loads(out.read_text())
@@ -155,7 +154,7 @@ def count_case(opts, name: str, base: dict[str, str], work: Path) -> dict:
             ["valgrind", "--tool=callgrind", "--cache-sim=yes",
              "--LL=33554432,16,64", "--instr-atstart=no",
              f"--callgrind-out-file={dump}",
-             *_child(opts, "run", name, "--calls", str(opts.calls))],
+             *_child(opts.suite, "run", name, "--calls", str(opts.calls))],
             env=env, check=True, capture_output=True,
         )  # fmt: skip
         (dumped,) = work.glob(f"callgrind.{name}.{variant}.*")

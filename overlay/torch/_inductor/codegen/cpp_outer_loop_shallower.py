@@ -46,15 +46,9 @@ if TYPE_CHECKING:
 
 
 class ShallowerFusion(OuterLoopRetile):
-    """A re-tiling attempt at a depth below the scheduler's."""
-
-    def _keeps_parallelism(self, proxies: Sequence[CppKernelProxy]) -> bool:
-        # Stock's kernels parallelize their own, longer merged loops; the
-        # shorter fused loop must still feed every thread evenly.
-        if not balances_over_threads(_outer_iterations(self.node, self.depth)):
-            _log(self.node, "rejected at depth %d: too few iterations", self.depth)
-            return False
-        return super()._keeps_parallelism(proxies)
+    """A re-tiling attempt at a depth below the scheduler's (its own class so
+    that its merges can be told from 0002's; the attempts are made only at
+    depths whose fused loop balances over the threads)."""
 
 
 def shallower_attempts(
@@ -79,7 +73,10 @@ def shallower_attempts(
     for depth in range(node.outer_loop_fusion_depth - 1, 0, -1):
         outer = _outer_iterations(node, depth)
         if not balances_over_threads(outer):
-            break  # shallower depths only have fewer outer iterations
+            # Stock's kernels parallelize their own, longer merged loops; the
+            # shorter fused loop must still feed every thread evenly, and
+            # shallower depths only have fewer outer iterations.
+            break
         shallow = OuterLoopFusedSchedulerNode(node.scheduler, members, depth)
         _log(node, "retrying at depth %d (%d outer iterations)", depth, outer)
         yield shallow, ShallowerFusion(shallow, vectorized)
