@@ -385,11 +385,11 @@ def _strided_walks_fusion_removes(node, reordered) -> tuple[int, int]:
     kernel drops the buffer (``remove_kernel_local_buffers``).  The
     partner's strided walk over it is one stock's nests make; the node's,
     which the reorder makes strided, goes away with the buffer.  E.g.
-    ``realize(x * 2) + realize(y.t() * 3)``: stock's second nest reads
-    ``y.t() * 3`` through transposed tiles; fused, the nest reads ``y``
-    through them instead and never writes ``y.t() * 3``.  Softmax over dim 0
-    gets nothing: its exp buffer is read by two nodes, one of them row by
-    row.
+    ``realize(x * 2) + realize(y * 3)`` for a transposed ``y``: stock's
+    second nest reads ``y * 3`` through transposed tiles; fused, the nest
+    reads ``y`` through them instead and never writes ``y * 3``.  Softmax
+    over dim 0 gets nothing: its exp buffer is read by two nodes, one of
+    them row by row.
     """
     from .scheduler import SchedulerNode
 
@@ -407,14 +407,11 @@ def _strided_walks_fusion_removes(node, reordered) -> tuple[int, int]:
         partner_snodes = [
             sn for sn in partner.get_nodes() if isinstance(sn, SchedulerNode)
         ]
-        partner_deps = [
-            dep
-            for sn in partner_snodes
-            for dep in sn.read_writes.reads_and_writes()
-            if dep.name == name
-        ]
+        partner_deps = _deps_on(partner_snodes, name)
         if not partner_deps or not all(
-            _same_walk(dep, other) for dep, _ in walks for other in partner_deps
+            _same_walk(dep, other)
+            for dep in _deps_on(reordered, name)
+            for other in partner_deps
         ):
             continue
         stock_bytes += sum(
@@ -425,6 +422,15 @@ def _strided_walks_fusion_removes(node, reordered) -> tuple[int, int]:
         )
         removed_bytes += sum(size for _, size in walks)
     return stock_bytes, removed_bytes
+
+
+def _deps_on(snodes, name: str) -> list:
+    return [
+        dep
+        for sn in snodes
+        for dep in sn.read_writes.reads_and_writes()
+        if dep.name == name
+    ]
 
 
 def _sole_partner(scheduler, name: str, own):
