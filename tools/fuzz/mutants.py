@@ -624,6 +624,15 @@ MUTANTS = (
         "        return slot if slot is not None and slot.buffer is k.loads else None",
         "        return slot",
         "check",
+        equivalent="generate_vector_load makes a slot before an unmasked "
+        "contiguous float vector load along the kernel's innermost loop "
+        "variable; the only load buffers of a vector kernel other than its "
+        "loads are a masked body (whose loads carry the mask: never a "
+        "candidate), the reduction suffix (its indices lack the innermost, "
+        "reduction variable: no load there is contiguous along it) and "
+        "indirect_load's compute buffer, printed in the same loop body: the "
+        "slot's prefetches, of the innermost and fused loops' variables only, "
+        "print inside the loop either way, and a prefetch changes no value",
     ),
     Mutant(
         "0014",
