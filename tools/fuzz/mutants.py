@@ -296,6 +296,13 @@ MUTANTS = (
         "        for proxy in proxies\n        for level in",
         "        for proxy in proxies[1:]\n        for level in",
         "bound",
+        equivalent="the check runs after the kernels' outer levels were "
+        "compared (stock's check_outer_fusion_loop_level_attr, pair by pair, or "
+        "OuterLoopRetile.accepts, each against the first) on var, size, offset "
+        "and steps at every fused level, and an outer-loop fused node has at "
+        "least two members (OuterLoopFusedSchedulerNode.fuse joins two nodes; "
+        "0012 regroups only nodes of more than two, 0018 keeps the members): "
+        "the first kernel tiles a fused level only where the second does too",
     ),
     # 0007 erf realized
     Mutant(
