@@ -178,6 +178,16 @@ CORPUS = (
         ["slice", "reduce", "binary"],
         cache_bytes=65536,
     ),
+    # 0015's reduction-first rule: a row sum and an unrelated pointwise node
+    # over the same memory flattened, (8, 48) against (384,); they share
+    # their reads but only a pointwise node over (rows + row) loops may join
+    # the reduction's kernel
+    _case(
+        "    v1 = torch.sum(x0, dim=(-1,), keepdim=True)\n    v2 = x0.flatten() * 2\n"
+        "    return (v1, v2,)\n",
+        [(8, 48)],
+        ["reduce", "reshape", "unary"],
+    ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)
     _case(
