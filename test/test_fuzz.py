@@ -377,6 +377,28 @@ def test_the_parallel_sums_seed_kills_the_unrolled_collapsed_loop(tmp_path):
     assert mutants.check_seeds(mutant, [seed], tmp_path, **quiet) == {seed: "ours"}
 
 
+@pytest.mark.parametrize(
+    "ident, marker",
+    [
+        # the prefetch needs vector loads
+        pytest.param(
+            "0014-index-of-another-loop", "x0[:, :, :32]", marks=requires_vectors
+        ),
+        ("0015-reduction-first-any-pointwise", "x0.flatten() * 2"),
+    ],
+)
+def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
+    """The seeds added for 0014's loop guard (a first pass over two loops, a
+    last pass over one) and 0015's reduction-first rule (a row sum beside a
+    flattened pointwise node) pass with the installed overlay and fail
+    against the mutant that drops the guard, checked directly."""
+    seed = next(i for i, case in enumerate(CORPUS) if marker in case.source)
+    mutant = next(m for m in mutants.MUTANTS if m.ident == ident)
+    quiet = dict(log=lambda line: None)
+    assert mutants.check_seeds(None, [seed], tmp_path, **quiet) == {seed: "ok"}
+    assert mutants.check_seeds(mutant, [seed], tmp_path, **quiet) == {seed: "ours"}
+
+
 def test_a_shared_example_database_is_written_next_to_the_local_one(tmp_path):
     from hypothesis.database import MultiplexedDatabase
 

@@ -167,6 +167,27 @@ CORPUS = (
         ["norm", "reshape", "slice", "binary", "cat"],
         weights=[(16, 8), (16, 8)],
     ),
+    # 0014's guard on the other path: the first pass sums rows of two loops
+    # that cannot merge (a slice), the last pass reads another input over
+    # one loop; no row of the first pass is prefetched there, its index
+    # names a loop the last pass does not have
+    _case(
+        "    v1 = x0[:, :, :32]\n    v2 = torch.sum(v1, dim=(1, 2), keepdim=True)\n"
+        "    v3 = x1 - v2.flatten(1)\n    return (v3,)\n",
+        [(64, 16, 33), (64, 40)],
+        ["slice", "reduce", "binary"],
+        cache_bytes=65536,
+    ),
+    # 0015's reduction-first rule: a row sum and an unrelated pointwise node
+    # over the same memory flattened, (8, 48) against (384,); they share
+    # their reads but only a pointwise node over (rows + row) loops may join
+    # the reduction's kernel
+    _case(
+        "    v1 = torch.sum(x0, dim=(-1,), keepdim=True)\n    v2 = x0.flatten() * 2\n"
+        "    return (v1, v2,)\n",
+        [(8, 48)],
+        ["reduce", "reshape", "unary"],
+    ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)
     _case(

@@ -296,6 +296,13 @@ MUTANTS = (
         "        for proxy in proxies\n        for level in",
         "        for proxy in proxies[1:]\n        for level in",
         "bound",
+        equivalent="the check runs after the kernels' outer levels were "
+        "compared (stock's check_outer_fusion_loop_level_attr, pair by pair, or "
+        "OuterLoopRetile.accepts, each against the first) on var, size, offset "
+        "and steps at every fused level, and an outer-loop fused node has at "
+        "least two members (OuterLoopFusedSchedulerNode.fuse joins two nodes; "
+        "0012 regroups only nodes of more than two, 0018 keeps the members): "
+        "the first kernel tiles a fused level only where the second does too",
     ),
     # 0007 erf realized
     Mutant(
@@ -624,6 +631,15 @@ MUTANTS = (
         "        return slot if slot is not None and slot.buffer is k.loads else None",
         "        return slot",
         "check",
+        equivalent="generate_vector_load makes a slot before an unmasked "
+        "contiguous float vector load along the kernel's innermost loop "
+        "variable; the only load buffers of a vector kernel other than its "
+        "loads are a masked body (whose loads carry the mask: never a "
+        "candidate), the reduction suffix (its indices lack the innermost, "
+        "reduction variable: no load there is contiguous along it) and "
+        "indirect_load's compute buffer, printed in the same loop body: the "
+        "slot's prefetches, of the innermost and fused loops' variables only, "
+        "print inside the loop either way, and a prefetch changes no value",
     ),
     Mutant(
         "0014",
