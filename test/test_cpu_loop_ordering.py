@@ -18,13 +18,14 @@ import torch.nn.functional as F
 
 import torch._inductor.cpp_loop_ordering as cpp_loop_ordering
 from torch._inductor import metrics
-from torch._inductor.scheduler import SchedulerNode
+from torch._inductor.scheduler import Scheduler, SchedulerNode
 from torch._inductor.test_operators import realize
 
 from compile_utils import (
     compile_and_inspect,
     requires_vectors,
     SEED_CONFIG,
+    SHIPPED_DEFAULTS,
     vector_lanes,
 )
 
@@ -131,13 +132,18 @@ def test_dynamic_shapes():
     assert on.total_nests <= off.total_nests
 
 
-def test_reorder_that_strides_the_inner_loop_is_rolled_back():
+@pytest.mark.parametrize(
+    "cfg", [LOOP_ORDERING_ONLY, SHIPPED_DEFAULTS], ids=["loop_ordering_only", "shipped"]
+)
+def test_reorder_that_strides_the_inner_loop_is_rolled_back(cfg):
     # Fusing softmax over dim 0 would need the output loop to run down the
     # columns: a strided store for every element of a 2 MiB output, more
-    # than a core's cache holds.  The cost guard refuses.
+    # than a core's cache holds, where stock's pointwise nests walk rows.
+    # No strided walk of stock's goes away in exchange: the exp buffer stays
+    # (the last pass reads it row by row in stock).  The cost guard refuses.
     fn = lambda x: torch.softmax(x, 0)  # noqa: E731
     args = (torch.randn(512, 1024),)
-    on = compile_and_inspect(fn, args, extra_config=LOOP_ORDERING_ONLY)
+    on = compile_and_inspect(fn, args, extra_config=cfg)
     off = compile_and_inspect(fn, args, overlay=False)
     assert on.reordered == 0
     assert on.kernels == off.kernels
@@ -151,7 +157,13 @@ def test_reorder_cost_guard_leaves_the_nodes_untouched(monkeypatch):
     answers = []
 
     def checked_guard(node, new_order):
-        snodes = [sn for sn in node.get_nodes() if isinstance(sn, SchedulerNode)]
+        # Every node: the guard also reads the partner a fusion would join.
+        snodes = [
+            sn
+            for group in node.scheduler.nodes
+            for sn in group.get_nodes()
+            if isinstance(sn, SchedulerNode)
+        ]
         before = [sn.snapshot_loop_state() for sn in snodes]
         answer = guard(node, new_order)
         after = [sn.snapshot_loop_state() for sn in snodes]
@@ -169,11 +181,45 @@ def test_reorder_cost_guard_leaves_the_nodes_untouched(monkeypatch):
         (torch.randn(2, 4, 512),),
         extra_config=LOOP_ORDERING_ONLY,
     )
+    compile_and_inspect(apbt, transposed_operands(), extra_config=LOOP_ORDERING_ONLY)
     assert False in answers and True in answers
 
 
 def _same_objects(state1, state2) -> bool:
     return all(a is b for a, b in zip(state1, state2))
+
+
+def apbt(x, y):
+    return realize(x * 2) + realize(y * 3)
+
+
+def transposed_operands():
+    # 2 MiB each: strided walks over them are counted.
+    return torch.randn(512, 1024), torch.randn(1024, 512).t()
+
+
+def test_reorder_onto_a_strided_walk_stock_makes_is_applied():
+    # Stock's second nest reads y * 3 (written in y's order) through
+    # transposed tiles.  Reordered, the first node strides over y instead,
+    # and fusing it with its one consumer removes y * 3: the strided bytes
+    # stay those of stock.
+    on = compile_and_inspect(
+        apbt, transposed_operands(), extra_config=LOOP_ORDERING_ONLY
+    )
+    assert (on.reordered, on.total_nests) == (1, 1)
+
+
+def test_reorder_onto_a_strided_walk_of_a_kept_buffer_is_rolled_back(monkeypatch):
+    # Where the fusion cannot remove y * 3 (another reader, a mutation), the
+    # fused nest would write it, now with a stride, on top of the strided
+    # walk over y: the reorder is refused.
+    monkeypatch.setattr(
+        Scheduler, "can_buffer_be_removed_through_fusion", lambda *args: False
+    )
+    on = compile_and_inspect(
+        apbt, transposed_operands(), extra_config=LOOP_ORDERING_ONLY
+    )
+    assert (on.reordered, on.total_nests) == (0, 2)
 
 
 def test_reorder_that_strides_a_cached_buffer_is_applied():

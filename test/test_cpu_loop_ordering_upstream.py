@@ -21,7 +21,7 @@ from torch._inductor.test_case import run_tests, TestCase
 from torch._inductor.test_operators import realize
 from torch.testing import FileCheck
 
-from compile_utils import compile_and_inspect
+from compile_utils import compile_and_inspect, vector_lanes
 
 
 def rms_norm_over_heads(x, head_dim=128):
@@ -51,6 +51,23 @@ class CpuLoopOrderingTest(TestCase):
         self.assertEqual(on.reordered, 1)
         # One tiled pass reads x once for both outputs.
         FileCheck().check("transpose_mxn").check("tmp_acc0_vec").run(on.kernels[0])
+
+    def test_transposed_operand_fuses_through_tiles(self):
+        # Upstream's test_apbt_realize.  Stock writes y * 3 in the order of
+        # the transposed y, then its second nest reads it through transposed
+        # tiles.  The reorder strides the first node over y, a walk as strided
+        # as the one it replaces: one nest reads y through the tiles and never
+        # writes y * 3.
+        def apbt(x, y):
+            return realize(x * 2) + realize(y * 3)
+
+        on, off = self.nests(apbt, torch.randn(512, 1024), torch.randn(1024, 512).t())
+        self.assertEqual((on.total_nests, off.total_nests), (1, 2))
+        self.assertEqual(on.reordered, 1)
+        allocations = [c.code.count("empty_strided_cpu(") for c in (on, off)]
+        self.assertEqual(allocations, [1, 2])
+        if vector_lanes():
+            FileCheck().check_count("transpose_mxn", 1, exactly=True).run(on.code)
 
     def test_view_fuses_as_in_stock(self):
         def sin_and_view(x):

@@ -170,10 +170,15 @@ def strided_inner_bytes(node, count_cached: bool = True) -> int:
     enough to stay in cache (``STRIDED_ACCESS_STAYS_CACHED``), which move no
     extra memory, are not counted.
     """
+    return sum(size for _, size in strided_inner_deps(node, count_cached))
+
+
+def strided_inner_deps(node, count_cached: bool = True) -> list:
+    """``(dep, bytes)`` of the accesses ``strided_inner_bytes`` counts."""
     from .dependencies import MemoryDep
     from .virtualized import V
 
-    total = 0
+    strided = []
     for dep in node.read_writes.reads_and_writes():
         if not isinstance(dep, MemoryDep) or not dep.var_names:
             continue
@@ -182,8 +187,8 @@ def strided_inner_bytes(node, count_cached: bool = True) -> int:
         size = node.scheduler.dep_size_hint(dep)
         cached = size <= STRIDED_ACCESS_STAYS_CACHED
         if stride not in (0, 1) and (count_cached or not cached):
-            total += size
-    return total
+            strided.append((dep, size))
+    return strided
 
 
 def two_step_variance_threshold(

@@ -16,9 +16,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
+from torch.utils._ordered_set import OrderedSet
 
 from . import config
-from .cpp_fusion_costs import strided_inner_bytes
+from .cpp_fusion_costs import strided_inner_bytes, strided_inner_deps
 
 
 loop_ordering_log = torch._logging.getArtifactLogger(__name__, "loop_ordering")
@@ -345,17 +346,23 @@ def reorder_is_worthwhile(node, new_order) -> bool:
     Upstream's GPU reordering needed a rollback after a 6x slowdown; on CPU a
     reorder that makes the innermost loop walk a large output with a stride
     costs more than the fusion it enables (softmax over dim 0: 1.75x slower
-    than stock).  The deps of the new order are computed on reordered copies
-    of the loop bodies: the nodes are not touched.
+    than stock).  A strided walk that stock's nests already make is not
+    added by the reorder, though: where the new order walks a buffer as its
+    one other user does, their fusion removes that buffer, and both walks
+    over it with it (``_strided_walks_fusion_removes``).  The deps of the
+    new order are computed on reordered copies of the loop bodies: the nodes
+    are not touched.
     """
     from .scheduler import SchedulerNode
 
     snodes = [sn for sn in node.get_nodes() if isinstance(sn, SchedulerNode)]
+    reordered = [_reordered(sn, new_order) for sn in snodes]
     before = sum(strided_inner_bytes(sn, count_cached=False) for sn in snodes)
-    after = sum(
-        strided_inner_bytes(_reordered(sn, new_order), count_cached=False)
-        for sn in snodes
-    )
+    after = sum(strided_inner_bytes(sn, count_cached=False) for sn in reordered)
+    if after > before:
+        stock_walks, removed_walks = _strided_walks_fusion_removes(node, reordered)
+        before += stock_walks
+        after -= removed_walks
     if after > before:
         loop_ordering_log.debug(
             "reorder %s of %s rejected: strided inner-loop bytes %d -> %d",
@@ -366,6 +373,107 @@ def reorder_is_worthwhile(node, new_order) -> bool:
         )
         return False
     return True
+
+
+def _strided_walks_fusion_removes(node, reordered) -> tuple[int, int]:
+    """Strided bytes over the buffers that fusing ``node`` in its new order
+    with a partner would remove: ``(partner's, node's)``.
+
+    Such a buffer is accessed by ``node`` and one other (fused) node only, is
+    no graph output, and both visit its elements in the same order, so one
+    pass of the fused nest produces and consumes each element and the C++
+    kernel drops the buffer (``remove_kernel_local_buffers``).  The
+    partner's strided walk over it is one stock's nests make; the node's,
+    which the reorder makes strided, goes away with the buffer.  E.g.
+    ``realize(x * 2) + realize(y * 3)`` for a transposed ``y``: stock's
+    second nest reads ``y * 3`` through transposed tiles; fused, the nest
+    reads ``y`` through them instead and never writes ``y * 3``.  Softmax
+    over dim 0 gets nothing: its exp buffer is read by two nodes, one of
+    them row by row.
+    """
+    from .scheduler import SchedulerNode
+
+    scheduler = node.scheduler
+    own = OrderedSet(sn.get_name() for sn in node.get_nodes())
+    new_walks: dict[str, list] = {}
+    for snode in reordered:
+        for dep, size in strided_inner_deps(snode, count_cached=False):
+            new_walks.setdefault(dep.name, []).append((dep, size))
+    stock_bytes = removed_bytes = 0
+    for name, walks in new_walks.items():
+        partner = _sole_partner(scheduler, name, own)
+        if partner is None:
+            continue
+        partner_snodes = [
+            sn for sn in partner.get_nodes() if isinstance(sn, SchedulerNode)
+        ]
+        partner_deps = _deps_on(partner_snodes, name)
+        if not partner_deps or not all(
+            _same_walk(dep, other)
+            for dep in _deps_on(reordered, name)
+            for other in partner_deps
+        ):
+            continue
+        stock_bytes += sum(
+            size
+            for sn in partner_snodes
+            for dep, size in strided_inner_deps(sn, count_cached=False)
+            if dep.name == name
+        )
+        removed_bytes += sum(size for _, size in walks)
+    return stock_bytes, removed_bytes
+
+
+def _deps_on(snodes, name: str) -> list:
+    return [
+        dep
+        for sn in snodes
+        for dep in sn.read_writes.reads_and_writes()
+        if dep.name == name
+    ]
+
+
+def _sole_partner(scheduler, name: str, own):
+    """The one node besides ``own``'s members that accesses buffer ``name``,
+    if fusing the two would remove the buffer; else None."""
+    buf = scheduler.name_to_buf.get(name)
+    if buf is None:
+        return None
+    accessors = [buf.defining_op_name()] + [
+        user.get_name() for user in buf.users if not user.is_weak
+    ]
+    if not all(a in scheduler.name_to_fused_node for a in accessors):
+        return None  # a graph output
+    partners = {
+        scheduler.name_to_fused_node[a].get_name(): scheduler.name_to_fused_node[a]
+        for a in accessors
+        if a not in own
+    }
+    if len(partners) != 1:
+        return None
+    (partner,) = partners.values()
+    fused = own | OrderedSet(sn.get_name() for sn in partner.get_nodes())
+    if not scheduler.can_buffer_be_removed_through_fusion(name, fused):
+        return None
+    return partner
+
+
+def _same_walk(dep, other) -> bool:
+    """Whether two accesses visit the same elements at the same iterations
+    of loops of the same sizes (their variables renamed in loop order)."""
+    from .dependencies import MemoryDep
+    from .utils import sympy_subs
+    from .virtualized import V
+
+    if not isinstance(other, MemoryDep) or len(dep.var_names) != len(
+        other.var_names
+    ):
+        return False
+    sizevars = V.graph.sizevars
+    if not sizevars.statically_known_list_equals(dep.size, other.size):
+        return False
+    renamed = sympy_subs(dep.index, dict(zip(dep.var_names, other.var_names)))
+    return sizevars.statically_known_equals(renamed, other.index)
 
 
 def _reordered(snode, new_order) -> SimpleNamespace:
