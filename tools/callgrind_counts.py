@@ -163,9 +163,7 @@ def main(argv=None) -> int:
             torch._inductor.config.cpp_wrapper = True
         run_case(opts.case, opts.variant, opts.calls, opts.threads)
         return 0
-    if opts.case not in ("layernorm_bert", "layernorm_vit", "softmax_384",
-                         "log_softmax_1000ch", "group_norm_unet",
-                         "group_norm_unet_channels_last", "floor"):  # fmt: skip
+    if opts.case not in cases():
         parser.error(f"unknown case {opts.case!r}")
     env = {**os.environ, **_prepare(), "OMP_NUM_THREADS": str(opts.threads),
            "OMP_WAIT_POLICY": "passive"}  # fmt: skip

@@ -15,6 +15,17 @@ pair becomes an outer-block fusion over (N, P/T) whose block, C*T pixels,
 fits in cache.  Each kernel still walks T contiguous pixels in its inner
 loop, vectorized.
 
+softmax reaches the same shape another way: its exponentials and its
+quotients are two pointwise kernels over the same (N, C, P) loops, and the
+quotient at (c, p) reads the exponentials of every channel at p.  Their deps
+agree only image by image, so they may fuse neither element by element nor
+over all the loops they share (stock's CppScheduling would do one or the
+other); ``same_loops_block_depth`` gives the backend the deepest depth at
+which every read stays in its block, over N, and the pair is tiled as above
+where an image exceeds the budget.  A tile's block is then C runs of T
+pixels, not one dense range: ``same_digit_block`` checks such blocks for
+cpp_outer_block_fusion.py.
+
 The tiling is speculative: it is applied inside ``Scheduler.can_fuse``
 (whose tracker rolls loop mutations back when the fusion is refused), only
 where cpp_outer_block_fusion.py refused the pair for its cache budget alone,
@@ -66,25 +77,16 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
     leaves1, leaves2 = _leaves(node1), _leaves(node2)
     if leaves1 is None or leaves2 is None:
         return 0
+    pair = ((node1, leaves1), (node2, leaves2))
     if not all(sn._loop_mutation_listener is not None for sn in leaves1 + leaves2):
         return 0  # outside can_fuse's rollback scope: never mutate
-    saved = [(sn, sn.snapshot_loop_state()) for sn in leaves1 + leaves2]
-    groups = [(node, node.group) for node in (node1, node2)]
-    outer1, outer2 = _iter_sizes(node1)[:depth], _iter_sizes(node2)[:depth]
-    for node, leaves in ((node1, leaves1), (node2, leaves2)):
-        _apply(node, leaves, lambda body: body.merge_loops())
-    tile = None
-    if (
-        _leaves(node1) is not None
-        and _leaves(node2) is not None
-        and _iter_sizes(node1)[:depth] == outer1
-        and _iter_sizes(node2)[:depth] == outer2
-    ):
-        tile = _tile_size(node1, node2, depth)
+    saved = _LoopStates(pair)
+    tile = _merge_loops_and_pick_tile(pair, depth)
+    score = 0
     if tile is not None:
-        for node, leaves in ((node1, leaves1), (node2, leaves2)):
+        for node, leaves in pair:
             _apply(node, leaves, lambda body: _tiled_body(body, depth, tile))
-    score = outer_block_fusion_score(scheduler, node1, node2) if tile else 0
+        score = outer_block_fusion_score(scheduler, node1, node2)
     if score > 0:
         fusion_log.debug(
             "outer-block tiles: %s -> %s fused over tiles of %d of the innermost loop",
@@ -93,13 +95,39 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
             tile,
         )
         return score
-    for sn, state in saved:
-        sn.restore_loop_state(state)
-    for node, group in groups:
-        if isinstance(node, FusedSchedulerNode):
-            node.group = group
-            refresh_group_node_dependencies(node)
+    saved.restore()
     return 0
+
+
+class _LoopStates:
+    """The loop state of a pair of nodes and their members, to restore."""
+
+    def __init__(self, pair) -> None:
+        self.members = [(sn, sn.snapshot_loop_state()) for _, ls in pair for sn in ls]
+        self.groups = [(node, node.group) for node, _ in pair]
+
+    def restore(self) -> None:
+        for sn, state in self.members:
+            sn.restore_loop_state(state)
+        for node, group in self.groups:
+            if isinstance(node, FusedSchedulerNode):
+                node.group = group
+                refresh_group_node_dependencies(node)
+
+
+def _merge_loops_and_pick_tile(pair, depth: int) -> int | None:
+    """Merge each node's loops (loop ordering after fusion leaves H and W
+    apart), then pick the tile; None if the merge changed the shared outer
+    loops or split a node's members apart."""
+    outer = [_iter_sizes(node) for node, _ in pair]
+    for node, leaves in pair:
+        _apply(node, leaves, lambda body: body.merge_loops())
+    (node1, _), (node2, _) = pair
+    for (node, _), before in zip(pair, outer):
+        after = _iter_sizes(node) if _leaves(node) is not None else None
+        if before is None or after is None or after[:depth] != before[:depth]:
+            return None
+    return _tile_size(node1, node2, depth)
 
 
 def _leaves(node) -> list[SchedulerNode] | None:
@@ -174,14 +202,23 @@ def _tiled_body(body: LoopBody, depth: int, tile: int) -> LoopBody:
     def tiled(*indices):
         index = [*itertools.chain.from_iterable(indices)]
         it, red = index[: len(new_sizes)], index[len(new_sizes) :]
-        outer, tile_index, middle, lane = it[:depth], it[depth], it[depth + 1 : -1], it[-1]
+        outer, tile_index, middle, lane = (
+            it[:depth],
+            it[depth],
+            it[depth + 1 : -1],
+            it[-1],
+        )
         return body([*outer, *middle, tile_index * tile + lane], list(red))
 
-    inner = LoopBody(tiled, (iter_vars, reduce_vars), var_ranges, iter_vars, reduce_vars)
+    inner = LoopBody(
+        tiled, (iter_vars, reduce_vars), var_ranges, iter_vars, reduce_vars
+    )
     (iter_vars2, reduce_vars2), var_ranges2 = dependencies.index_vars_no_squeeze(
         new_sizes, list(reduce_sizes), prefix="p"
     )
-    return LoopBody(inner, (iter_vars2, reduce_vars2), var_ranges2, iter_vars2, reduce_vars2)
+    return LoopBody(
+        inner, (iter_vars2, reduce_vars2), var_ranges2, iter_vars2, reduce_vars2
+    )
 
 
 def same_loops_block_depth(scheduler, node1, node2) -> int:
@@ -283,9 +320,10 @@ def _composed_of(expr, ranges, digits: list[tuple[int, int]]) -> bool:
             if value:
                 return False
             continue
-        stride = next((s for s, _ in by_stride if int(coeff) % s == 0), None)
-        if stride is None:
+        divisors = [s for s, _ in by_stride if int(coeff) % s == 0]
+        if not divisors:
             return False
+        stride = divisors[0]
         parts[stride] = parts.get(stride, 0) + (int(coeff) // stride) * rest
     sizes = dict(digits)
     for stride, part in parts.items():
