@@ -54,6 +54,9 @@ def cases():
         "softmax_384": (lambda x: torch.softmax(x, -1), torch.randn(1, 12, 384, 384)),
         "log_softmax_1000ch": (lambda x: torch.log_softmax(x, 1),
                                torch.randn(8, 1000, 7, 7)),
+        "softmax_3ch": (lambda x: torch.softmax(x, 1), torch.randn(8, 3, 256, 256)),
+        "log_softmax_3ch": (lambda x: torch.log_softmax(x, 1),
+                            torch.randn(8, 3, 256, 256)),
         "group_norm_unet": (lambda x: F.group_norm(x, 32, w320, b320), nchw),
         "group_norm_unet_channels_last": (
             lambda x: F.group_norm(x, 32, w320, b320),
@@ -160,9 +163,7 @@ def main(argv=None) -> int:
             torch._inductor.config.cpp_wrapper = True
         run_case(opts.case, opts.variant, opts.calls, opts.threads)
         return 0
-    if opts.case not in ("layernorm_bert", "layernorm_vit", "softmax_384",
-                         "log_softmax_1000ch", "group_norm_unet",
-                         "group_norm_unet_channels_last", "floor"):  # fmt: skip
+    if opts.case not in cases():
         parser.error(f"unknown case {opts.case!r}")
     env = {**os.environ, **_prepare(), "OMP_NUM_THREADS": str(opts.threads),
            "OMP_WAIT_POLICY": "passive"}  # fmt: skip

@@ -36,6 +36,7 @@ FLAGS = (
     _flag("outer_loop_prefetch", True),
     _flag("unroll_rotated_reductions", True),
     _flag("outer_loop_shallower_fusion", True),
+    _flag("outer_block_tiles", True),
 )
 
 NAMES = tuple(flag.name for flag in FLAGS)

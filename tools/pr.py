@@ -140,6 +140,11 @@ TEST_EXPORTS = (
         ("cpp_outer_loop_shallower",),
     ),
     TestExport(
+        "test/test_outer_block_tiles.py",
+        "test/inductor/test_cpu_outer_block_tiles.py",
+        ("cpp_outer_block_tiles",),
+    ),
+    TestExport(
         "test/test_streaming_stores.py",
         "test/inductor/test_cpu_streaming_stores.py",
         ("cpp_streaming_stores",),

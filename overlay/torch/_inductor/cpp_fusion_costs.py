@@ -54,6 +54,14 @@ STRIDED_ACCESS_STAYS_CACHED = 256 * 1024
 # producer's passes left is still there.
 BLOCK_BYTES_IN_CACHE = 512 * 1024
 
+# Bytes the consumer of an outer-block fusion over tiles of the innermost
+# loop (cpp_outer_block_tiles.py) reads per tile: a core's L1 data cache, so
+# the tile the producer wrote is read back from L1.
+TILE_BYTES_IN_CACHE = 32 * 1024
+# Tiles are a multiple of this many elements: whole vectors at every ISA's
+# widest lanes (64 int8 lanes of AVX512), so no tile has a vector tail.
+TILE_LANES = 64
+
 # The last-level cache when sysfs does not say.
 _FALLBACK_LLC_BYTES = 32 << 20
 # Overrides the cache size read from sysfs (to exercise streaming stores and

@@ -1,0 +1,348 @@
+"""Outer-block fusion over tiles of the innermost loop (CPU).
+
+Softmax and log_softmax over the channels of an NCHW image read a few
+channels per pixel: the statistics kernel loops over (N, H*W) and its
+consumer over (N, C, H*W).  cpp_outer_block_fusion.py fuses them over N, a
+block per image, when one image fits its cache budget.  An image of three
+256x256 channels (768 KiB) does not, so stock's two loop nests stay, and the
+consumer reads back from memory what the first nest wrote.
+
+Every read between the two kernels stays at its own pixel: the consumer
+reads, at pixel p, only what the producer wrote at pixel p.  Tiling the
+pixel loop into (P/T, T) and moving the tile index out to the shared outer
+loops, (N, C, P) -> (N, P/T, C, T), keeps that true of every tile, so the
+pair becomes an outer-block fusion over (N, P/T) whose block, C*T pixels,
+fits in cache.  Each kernel still walks T contiguous pixels in its inner
+loop, vectorized.
+
+softmax reaches the same shape another way: its exponentials and its
+quotients are two pointwise kernels over the same (N, C, P) loops, and the
+quotient at (c, p) reads the exponentials of every channel at p.  Their deps
+agree only image by image, so they may fuse neither element by element nor
+over all the loops they share (stock's CppScheduling would do one or the
+other); ``same_loops_block_depth`` gives the backend the deepest depth at
+which every read stays in its block, over N, and the pair is tiled as above
+where an image exceeds the budget.  A tile's block is then C runs of T
+pixels, not one dense range: ``same_digit_block`` checks such blocks for
+cpp_outer_block_fusion.py.
+
+The tiling is speculative: it is applied inside ``Scheduler.can_fuse``
+(whose tracker rolls loop mutations back when the fusion is refused), only
+where cpp_outer_block_fusion.py refused the pair for its cache budget alone,
+and it is undone at once unless cpp_outer_block_fusion.py accepts the tiled
+pair: its legality checks (every read in its block, on the tiled index
+expressions) decide, as for any other block fusion.
+
+Flag: ``config.cpp.outer_block_tiles`` (TORCHINDUCTOR_CPP_OUTER_BLOCK_TILES).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import sympy
+
+import torch
+
+from torch.utils._sympy.value_ranges import bound_sympy, ValueRanges
+
+from . import config, dependencies
+from .cpp_fusion_costs import feeds_every_thread, TILE_BYTES_IN_CACHE, TILE_LANES
+from .cpp_outer_block_fusion import (
+    _bytes_read,
+    _reads_by_block,
+    _shared_buffers,
+    block_fusion_refused_for_size,
+    outer_block_fusion_score,
+    register_block_check,
+)
+from .loop_body import LoopBody
+from .scheduler import (
+    FusedSchedulerNode,
+    refresh_group_node_dependencies,
+    SchedulerNode,
+)
+
+
+fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
+
+
+def tiled_block_fusion_score(scheduler, node1, node2) -> int:
+    """Bytes shared by an outer-block fusion of the pair over tiles of the
+    innermost loop, with the tiling applied; 0 (and nothing changed) if none."""
+    depth = block_fusion_refused_for_size(scheduler, node1, node2)
+    if depth is None:
+        return 0
+    leaves1, leaves2 = _leaves(node1), _leaves(node2)
+    if leaves1 is None or leaves2 is None:
+        return 0
+    pair = ((node1, leaves1), (node2, leaves2))
+    if not all(sn._loop_mutation_listener is not None for sn in leaves1 + leaves2):
+        return 0  # outside can_fuse's rollback scope: never mutate
+    saved = _LoopStates(pair)
+    tile = _merge_loops_and_pick_tile(pair, depth)
+    score = 0
+    if tile is not None:
+        for node, leaves in pair:
+            _apply(node, leaves, lambda body: _tiled_body(body, depth, tile))
+        score = outer_block_fusion_score(scheduler, node1, node2)
+    if score > 0:
+        fusion_log.debug(
+            "outer-block tiles: %s -> %s fused over tiles of %d of the innermost loop",
+            node1.get_name(),
+            node2.get_name(),
+            tile,
+        )
+        return score
+    saved.restore()
+    return 0
+
+
+class _LoopStates:
+    """The loop state of a pair of nodes and their members, to restore."""
+
+    def __init__(self, pair) -> None:
+        self.members = [(sn, sn.snapshot_loop_state()) for _, ls in pair for sn in ls]
+        self.groups = [(node, node.group) for node, _ in pair]
+
+    def restore(self) -> None:
+        for sn, state in self.members:
+            sn.restore_loop_state(state)
+        for node, group in self.groups:
+            if isinstance(node, FusedSchedulerNode):
+                node.group = group
+                refresh_group_node_dependencies(node)
+
+
+def _merge_loops_and_pick_tile(pair, depth: int) -> int | None:
+    """Merge each node's loops (loop ordering after fusion leaves H and W
+    apart), then pick the tile; None if the merge changed the shared outer
+    loops or split a node's members apart."""
+    outer = [_iter_sizes(node) for node, _ in pair]
+    for node, leaves in pair:
+        _apply(node, leaves, lambda body: body.merge_loops())
+    (node1, _), (node2, _) = pair
+    for (node, _), before in zip(pair, outer):
+        after = _iter_sizes(node) if _leaves(node) is not None else None
+        if before is None or after is None or after[:depth] != before[:depth]:
+            return None
+    return _tile_size(node1, node2, depth)
+
+
+def _leaves(node) -> list[SchedulerNode] | None:
+    if type(node) not in (SchedulerNode, FusedSchedulerNode):
+        return None
+    leaves = list(node.get_nodes())
+    if not all(isinstance(sn, SchedulerNode) for sn in leaves):
+        return None
+    sizes = {tuple(sn.get_ranges()[0]) for sn in leaves}
+    if len(sizes) != 1:
+        return None  # members that do not share one iteration space
+    return leaves
+
+
+def _iter_sizes(node) -> list[int] | None:
+    sizes = node.get_nodes()[0].get_ranges()[0]
+    if not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
+        return None
+    return [int(s) for s in sizes]
+
+
+def _tile_size(node1, node2, depth: int) -> int | None:
+    """The largest tile of the innermost loop whose block fits in cache.
+
+    Both nodes must end with the same innermost extent, beyond the shared
+    outer loops; the tile is a multiple of TILE_LANES (no vector tails) that
+    divides it, and the fused outer loops must feed every thread.
+    """
+    sizes1, sizes2 = _iter_sizes(node1), _iter_sizes(node2)
+    if not sizes1 or not sizes2:
+        return None
+    if len(sizes1) <= depth or len(sizes2) <= depth or sizes1[-1] != sizes2[-1]:
+        return None
+    extent, outer = sizes1[-1], math.prod(sizes1[:depth])
+    read_per_element = _bytes_read(node2) / (outer * extent)
+    for tile in range(extent // 2 // TILE_LANES * TILE_LANES, 0, -TILE_LANES):
+        if extent % tile or tile * read_per_element > TILE_BYTES_IN_CACHE:
+            continue
+        if tile in (_middle_extent(sizes1, depth), _middle_extent(sizes2, depth)):
+            continue  # the tiled nodes would share one more loop than meant
+        return tile if feeds_every_thread(outer * (extent // tile)) else None
+    return None
+
+
+def _middle_extent(sizes: list[int], depth: int) -> int | None:
+    """The extent that follows the tile index once the loop is tiled."""
+    return sizes[depth] if len(sizes) > depth + 1 else None
+
+
+def _apply(node, leaves, transform) -> None:
+    """Give every leaf of node the loop body transform(body), and node the
+    leaves' new group."""
+    for sn in leaves:
+        sn.apply_loop_body(transform(sn._body))
+        device = sn.get_device()
+        backend = sn.scheduler.get_backend(device)
+        sn.group = (device, backend.group_fn(sn.get_ranges()))
+    if isinstance(node, FusedSchedulerNode):
+        node.group = leaves[0].group
+        refresh_group_node_dependencies(node)
+
+
+def _tiled_body(body: LoopBody, depth: int, tile: int) -> LoopBody:
+    """body over (outer..., P/T, middle..., T) for its (outer..., middle..., P)."""
+    iter_sizes, reduce_sizes = body.sizes
+    *lead, last = iter_sizes
+    new_sizes = [*lead[:depth], last // tile, *lead[depth:], sympy.Integer(tile)]
+    (iter_vars, reduce_vars), var_ranges = dependencies.index_vars_no_squeeze(
+        new_sizes, list(reduce_sizes), prefix="t"
+    )
+
+    def tiled(*indices):
+        index = [*itertools.chain.from_iterable(indices)]
+        it, red = index[: len(new_sizes)], index[len(new_sizes) :]
+        outer, tile_index, middle, lane = (
+            it[:depth],
+            it[depth],
+            it[depth + 1 : -1],
+            it[-1],
+        )
+        return body([*outer, *middle, tile_index * tile + lane], list(red))
+
+    inner = LoopBody(
+        tiled, (iter_vars, reduce_vars), var_ranges, iter_vars, reduce_vars
+    )
+    (iter_vars2, reduce_vars2), var_ranges2 = dependencies.index_vars_no_squeeze(
+        new_sizes, list(reduce_sizes), prefix="p"
+    )
+    return LoopBody(
+        inner, (iter_vars2, reduce_vars2), var_ranges2, iter_vars2, reduce_vars2
+    )
+
+
+def same_loops_block_depth(scheduler, node1, node2) -> int:
+    """Outer depth of a block fusion of two pointwise nodes over the same loops.
+
+    Softmax over a few channels is two pointwise kernels over (N, C, P): the
+    exponentials, then their sum over the channels at each pixel and the
+    quotient.  Their deps agree only image by image, so an element-wise
+    fusion is illegal, and stock fuses such nodes over all the loops they
+    share, where the consumer reads outside its block.  Returns the deepest
+    depth at which every read of node1's outputs stays in its block (0: none,
+    or not such a pair); the backend then fuses the pair over that many
+    outer loops, never element by element.
+    """
+    if not config.cpp.outer_block_tiles:
+        return 0
+    if type(node1) not in (SchedulerNode, FusedSchedulerNode):
+        return 0
+    if type(node2) not in (SchedulerNode, FusedSchedulerNode):
+        return 0
+    _, (vars1, reduce1) = node1.group
+    _, (vars2, reduce2) = node2.group
+    if vars1 != vars2 or reduce1 or reduce2 or len(vars1) < 2:
+        return 0
+    if not (node1.get_operation_names() & node2.ancestors):
+        return 0
+    if not _reads_by_block(node1.get_nodes(), node2):
+        return 0
+    for depth in range(len(vars1) - 1, 0, -1):
+        if _shared_buffers(scheduler, node1, node2, depth):
+            return depth
+    return 0
+
+
+@register_block_check
+def same_digit_block(write, read) -> bool:
+    """Whether ``read`` stays in the block that ``write`` fills, where the
+    block is not one dense range: with the pixel loop tiled, the block of
+    (n, tile) is C runs of T pixels, one per channel.
+
+    The write's index must be a sum of loop variables times strides that
+    never overlap (a mixed-radix number whose digits are the loops); the
+    read must share the outer digits and compose its inner part of the
+    write's inner digits, each within its loop's range.  Such a read names
+    an element the producer writes in the same outer iteration.
+    """
+    if not config.cpp.outer_block_tiles:
+        return False
+    if not (write.linear_in_outer and read.linear_in_outer):
+        return False
+    if write.outer_sizes != read.outer_sizes or write.outer_coeffs != read.outer_coeffs:
+        return False
+    inner = _digits(write.inner, write.inner_ranges)
+    if inner is None:
+        return False
+    outer = [
+        (int(c), int(n)) for c, n in zip(write.outer_coeffs, write.outer_sizes) if n > 1
+    ]
+    if not _non_overlapping(inner + outer):
+        return False
+    return _composed_of(read.inner, read.inner_ranges, inner)
+
+
+def _digits(expr, ranges) -> list[tuple[int, int]] | None:
+    """(stride, range) of each loop variable of ``expr`` = sum(stride * var)."""
+    digits, seen = [], set()
+    for term in sympy.Add.make_args(expr) if expr != 0 else ():
+        coeff, var = term.as_coeff_Mul()
+        if var not in ranges or var in seen or not coeff.is_Integer or coeff <= 0:
+            return None
+        seen.add(var)
+        digits.append((int(coeff), int(ranges[var])))
+    return digits
+
+
+def _non_overlapping(digits: list[tuple[int, int]]) -> bool:
+    """Whether distinct digit values give distinct sums (an injective index)."""
+    reach = 1  # one more than the largest sum of the digits taken so far
+    for stride, size in sorted(d for d in digits if d[1] > 1):
+        if stride < reach:
+            return False
+        reach += stride * (size - 1)
+    return True
+
+
+def _composed_of(expr, ranges, digits: list[tuple[int, int]]) -> bool:
+    """Whether expr = sum(stride * q) over ``digits`` with 0 <= q < range."""
+    by_stride = sorted(digits, reverse=True)
+    parts: dict[int, sympy.Expr] = {}
+    for term in sympy.Add.make_args(expr) if expr != 0 else ():
+        coeff, rest = term.as_coeff_Mul()
+        if not coeff.is_Integer:
+            return False
+        if rest == 1:  # a constant: split it into digits, largest first
+            value = int(coeff)
+            for stride, _ in by_stride:
+                parts[stride] = parts.get(stride, 0) + value // stride
+                value %= stride
+            if value:
+                return False
+            continue
+        divisors = [s for s, _ in by_stride if int(coeff) % s == 0]
+        if not divisors:
+            return False
+        stride = divisors[0]
+        parts[stride] = parts.get(stride, 0) + (int(coeff) // stride) * rest
+    sizes = dict(digits)
+    for stride, part in parts.items():
+        bounds = _bounds(part, ranges)
+        if bounds is None or bounds.lower < 0 or bounds.upper > sizes[stride] - 1:
+            return False
+    return True
+
+
+def _bounds(expr, ranges):
+    expr = sympy.sympify(expr)
+    if expr.is_number:
+        return ValueRanges(int(expr), int(expr))
+    try:
+        bounds = bound_sympy(
+            expr, {v: ValueRanges(0, int(n) - 1) for v, n in ranges.items()}
+        )
+    except Exception:  # an index form value ranges cannot bound
+        return None
+    if not (bounds.lower.is_number and bounds.upper.is_number):
+        return None
+    return bounds

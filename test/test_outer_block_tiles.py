@@ -1,0 +1,176 @@
+"""Outer-block fusion over tiles of the innermost loop.
+
+Softmax and log_softmax over the few channels of an NCHW image keep two loop
+nests in stock: the statistics at each pixel, then the output.  0009 fuses
+them image by image only when an image fits its cache budget.
+cpp_outer_block_tiles.py tiles the pixel loop, (N, C, P) -> (N, P/T, C, T),
+so that the pair fuses over (N, P/T) with a block of C*T pixels; softmax's
+two pointwise kernels over the same (N, C, P) loops, which stock would fuse
+over all of them, fuse over the loops where every read stays in its block.
+"""
+
+from __future__ import annotations
+
+import torch
+from compile_utils import compile_shipped_and_inspect, requires_vectors
+from torch.testing import FileCheck
+
+from torch._inductor.cpp_fusion_costs import (
+    BLOCK_BYTES_IN_CACHE,
+    TILE_BYTES_IN_CACHE,
+    TILE_LANES,
+)
+
+pytestmark = requires_vectors
+
+THREADS = {"cpp.threads": 2}
+
+
+def setup_module():
+    torch.manual_seed(0)
+
+
+def softmax_over_channels(x):
+    return torch.softmax(x, 1)
+
+
+def log_softmax_over_channels(x):
+    return torch.log_softmax(x, 1)
+
+
+def next_pixel_ratio(x):
+    e = torch.exp(x - x.amax(1, keepdim=True))
+    return torch.roll(e, 1, -1) / e.sum(1, keepdim=True)
+
+
+def _tile(pixels: int, bytes_per_pixel: int) -> int:
+    """The largest whole-vector divisor of the pixel loop whose tile of the
+    consumer's reads fits TILE_BYTES_IN_CACHE."""
+    return max(
+        t
+        for t in range(TILE_LANES, pixels // 2 + 1, TILE_LANES)
+        if pixels % t == 0 and t * bytes_per_pixel <= TILE_BYTES_IN_CACHE
+    )
+
+
+def _loop(extent: int) -> str:
+    return f"<static_cast<int64_t>({extent}L);"
+
+
+def _check_tiled(code: str, batch: int, channels: int, pixels: int, tile: int):
+    """One nest: batch, tile index, then the two kernels' (channel, pixel) loops."""
+    check = FileCheck().check(_loop(batch)).check(_loop(pixels // tile))
+    for _ in range(2):
+        check = check.check(_loop(channels)).check(_loop(tile))
+    check.run(code)
+
+
+def test_image_exceeds_the_block_budget():
+    # What makes the cases below need tiles: one image of (3, 256, 256).
+    assert 3 * 256 * 256 * 4 > BLOCK_BYTES_IN_CACHE
+
+
+def test_softmax_over_channels_is_one_nest_over_pixel_tiles():
+    x = torch.randn(4, 3, 256, 256)
+    stock = compile_shipped_and_inspect(
+        softmax_over_channels, (x,), overlay=False, extra_config=THREADS
+    )
+    patched = compile_shipped_and_inspect(
+        softmax_over_channels, (x,), extra_config=THREADS
+    )
+    assert (stock.nests, patched.nests) == ([2], [1])
+    # the consumer reads the three exponentials at each pixel: 12 bytes
+    _check_tiled(patched.kernels[0], 4, 3, 256 * 256, _tile(256 * 256, 12))
+
+
+def test_log_softmax_over_channels_is_one_nest_over_pixel_tiles():
+    x = torch.randn(4, 3, 256, 256)
+    patched = compile_shipped_and_inspect(
+        log_softmax_over_channels, (x,), extra_config=THREADS
+    )
+    assert patched.nests == [1]
+    # the consumer reads the three inputs and the statistic: 16 bytes a pixel
+    tile = _tile(256 * 256, 16)
+    (kernel,) = patched.kernels
+    FileCheck().check(_loop(4)).check(_loop(256 * 256 // tile)).check(
+        _loop(tile)
+    ).check(_loop(3)).check(_loop(tile)).run(kernel)
+
+
+def test_flag_off_keeps_stocks_nests():
+    x = torch.randn(4, 3, 256, 256)
+    off = {**THREADS, "cpp.outer_block_tiles": False}
+    for fn in (softmax_over_channels, log_softmax_over_channels):
+        compiled = compile_shipped_and_inspect(fn, (x,), extra_config=off)
+        assert compiled.nests == [2], fn.__name__
+
+
+def test_softmax_of_small_images_fuses_per_image_without_tiles():
+    # One image fits the budget: the two kernels over the same (N, C, P)
+    # loops fuse over N alone, where every read stays in its image.
+    x = torch.randn(4, 3, 32, 32)
+    patched = compile_shipped_and_inspect(
+        softmax_over_channels, (x,), extra_config=THREADS
+    )
+    assert patched.nests == [1]
+    (kernel,) = patched.kernels
+    check = FileCheck().check(_loop(4))
+    for _ in range(2):
+        check = check.check(_loop(3)).check(_loop(32 * 32))
+    check.run(kernel)
+
+
+def test_a_consumer_reading_another_pixel_keeps_its_nests():
+    # roll reads the exponential of the previous pixel, across tile borders
+    x = torch.randn(4, 3, 256 * 256)
+    stock = compile_shipped_and_inspect(
+        next_pixel_ratio, (x,), overlay=False, extra_config=THREADS
+    )
+    patched = compile_shipped_and_inspect(next_pixel_ratio, (x,), extra_config=THREADS)
+    assert patched.total_nests == stock.total_nests
+
+
+def _accesses(write_index, read_index):
+    """Write and read of one buffer over (n, tile index, c, lane) loops
+    (4, 32, 3, 2048), split at the fused depth 2."""
+    import sympy
+
+    from torch._inductor.cpp_outer_block_fusion import _Access
+
+    n, t, c, lane = sympy.symbols("p0 p1 p2 p3", integer=True, nonnegative=True)
+    ranges = {n: 4, t: 32, c: 3, lane: 2048}
+    names = {"n": n, "t": t, "c": c, "lane": lane}
+    return (
+        _Access(eval(write_index, {}, names), ranges, 2),
+        _Access(eval(read_index, {}, names), ranges, 2),
+    )
+
+
+WRITE = "196608*n + 2048*t + 65536*c + lane"
+
+
+def test_a_read_of_any_channel_at_its_own_pixel_stays_in_the_tile():
+    from torch._inductor.cpp_outer_block_tiles import same_digit_block
+
+    for read in ("196608*n + 2048*t + lane", "196608*n + 2048*t + 131072 + lane"):
+        assert same_digit_block(*_accesses(WRITE, read)), read
+    assert same_digit_block(*_accesses(WRITE, WRITE))
+
+
+def test_a_read_past_the_tile_or_of_another_tile_is_refused():
+    from torch._inductor.cpp_outer_block_tiles import same_digit_block
+
+    for read in (
+        "196608*n + 2048*t + 65536*c + lane + 1",  # the next pixel
+        "196608*n + 2048*t + 2*lane",  # every other pixel
+        "196608*n + 1024*t + lane",  # another tile's pixels
+        "196608*n + 2048*t + 65536*(c + 1) + lane",  # one channel too far
+    ):
+        assert not same_digit_block(*_accesses(WRITE, read)), read
+
+
+def test_a_write_whose_tiles_overlap_is_refused():
+    from torch._inductor.cpp_outer_block_tiles import same_digit_block
+
+    overlapping = "196608*n + 1024*t + 65536*c + lane"  # tiles of 2048 at 1024
+    assert not same_digit_block(*_accesses(overlapping, overlapping))
