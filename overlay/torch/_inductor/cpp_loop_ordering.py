@@ -13,6 +13,7 @@ the global ``config.loop_ordering_after_fusion``.
 
 from __future__ import annotations
 
+import weakref
 from types import SimpleNamespace
 
 import torch
@@ -291,6 +292,10 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
         return False
     if all(tuple(sn.get_ranges()[0]) == tuple(target) for sn in snodes):
         return False
+    attempt = _reindexing_attempt(pointwise, reduction, target)
+    failed = _failed_reindexings.setdefault(scheduler, set())
+    if attempt in failed:
+        return False
     snapshot = _LoopStateSnapshot.create((pointwise,))
     for sn in snodes:
         sn.apply_loop_reindexing(target)
@@ -299,6 +304,7 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
         refresh_group_node_dependencies(pointwise)
     if not _share_a_dependency(scheduler, node1, node2):
         snapshot.restore()
+        failed.add(attempt)
         return False
     if not enabled_for_device("cpu"):
         # Loops stay as they are from here on: canonical dependency names,
@@ -313,6 +319,22 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
         reduction.get_name(),
     )
     return True
+
+
+# Per scheduler, the reindexing attempts that shared no dependency.  The
+# scheduler asks again for the same pair in every fusion round and reorder
+# check, and each attempt rebuilds the pointwise node's loop bodies.
+_failed_reindexings: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _reindexing_attempt(pointwise, reduction, target) -> tuple:
+    """What a reindexing attempt's outcome depends on: the loop bodies of
+    both nodes (held, so compared by identity) and the target sizes."""
+    return (
+        tuple(getattr(sn, "_body", None) for sn in pointwise.get_nodes()),
+        tuple(getattr(sn, "_body", None) for sn in reduction.get_nodes()),
+        tuple(target),
+    )
 
 
 def _share_a_dependency(scheduler, node1, node2) -> bool:
