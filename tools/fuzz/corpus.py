@@ -188,6 +188,17 @@ CORPUS = (
         [(8, 48)],
         ["reduce", "reshape", "unary"],
     ),
+    # 0019: softmax over 3 channels of images over 0009's block budget
+    # (3x128x384 floats, 576 KiB): both kernels fuse over tiles of the
+    # pixel loop; the roll reads the previous pixel, across tile borders
+    _case(
+        "    v1 = torch.softmax(x0, dim=1)\n"
+        "    v2 = torch.exp(x0 - x0.amax(1, keepdim=True))\n"
+        "    v3 = torch.roll(v2, 1, -1) / v2.sum(1, keepdim=True)\n"
+        "    return (v1, v3,)\n",
+        [(2, 3, 128, 384)],
+        ["softmax", "reduce", "binary"],
+    ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)
     _case(

@@ -82,6 +82,7 @@ STREAM = _C + "cpp_streaming_stores.py"
 HELPERS = _C + "cpp_kernel_helpers.py"
 PREFETCH = _C + "cpp_outer_loop_prefetch.py"
 SHALLOW = _C + "cpp_outer_loop_shallower.py"
+TILES = _I + "cpp_outer_block_tiles.py"
 
 MUTANTS = (
     # 0002 re-tile
@@ -228,10 +229,8 @@ MUTANTS = (
         "0005",
         "reindex-kept-without-shared-dep",
         LOAF,
-        "    if not _share_a_dependency(scheduler, node1, node2):\n"
-        "        snapshot.restore()\n        return False",
-        "    if not _share_a_dependency(scheduler, node1, node2):\n"
-        "        return False",
+        "        cache[key] = pointwise.read_writes\n        snapshot.restore()\n",
+        "        cache[key] = pointwise.read_writes\n",
         "rollback",
         equivalent="apply_loop_reindexing refactors the pointwise node onto sizes "
         "of the same product in the same visiting order: kept, it changes which "
@@ -759,6 +758,50 @@ MUTANTS = (
         "rollback",
         cost_only="the stock attempt's kernels only feed the vector-work guard; "
         "every shallower attempt is generated and checked anew",
+    ),
+    # 0019 outer-block tiles: its legality is 0009's checks on the tiled
+    # loops, with same_digit_block for blocks that are not one dense range
+    Mutant(
+        "0019",
+        "read-one-past-digit",
+        TILES,
+        "bounds.upper > sizes[stride] - 1:",
+        "bounds.upper > sizes[stride]:",
+        "bound",
+    ),
+    Mutant(
+        "0019",
+        "overlapping-digits",
+        TILES,
+        "        if stride < reach:\n            return False\n",
+        "",
+        "check",
+        equivalent="every write it sees is the tiled body of a write that "
+        "0009 found dense within disjoint blocks before tiling "
+        "(block_fusion_refused_for_size); tiling splits the pixel digit "
+        "(stride s, range P) into tile index (s*T, P/T) and lane (s, T), "
+        "which overlap nothing",
+    ),
+    Mutant(
+        "0019",
+        "lane-and-tile-swapped",
+        TILES,
+        "tile_index * tile + lane]",
+        "lane * tile + tile_index]",
+        "other",
+        # a double fault: the swapped index overlaps the channel digit,
+        # which the overlap check alone refuses
+        also=(("        if stride < reach:\n            return False\n", ""),),
+    ),
+    Mutant(
+        "0019",
+        "refused-tiling-kept",
+        TILES,
+        "    saved.restore()\n    return 0\n",
+        "    return 0\n",
+        "rollback",
+        cost_only="a refused tiling leaves each node's loops re-expressed over "
+        "the same elements; later fusion decisions check the tiled loops",
     ),
 )
 

@@ -158,6 +158,13 @@ REACH = (
         "ShallowerFusion.accepts",
         lambda a, r: bool(r),
     ),
+    Decision(
+        "0019",
+        "outer-block tiles",
+        "cpp_outer_block_tiles",
+        "tiled_block_fusion_score",
+        lambda a, r: r > 0,
+    ),
 )
 
 FEATURES = tuple(dict.fromkeys(d.feature for d in REACH))

@@ -259,14 +259,14 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
     The C++ backend groups loops as ``(iteration sizes, reduction sizes)``
     tuples rather than Triton's ``(numel, rnumel)``, so the pointwise side is
     reindexed onto the reduction's full loop sizes, a form the C++ kernel
-    accepts for fused members.  The reindexing is kept only if the two nodes
-    then share a dependency exactly; otherwise it is rolled back.
+    accepts for fused members.  It is applied only if the two nodes then
+    share a dependency exactly (checked on the deps the reindexed loops
+    would have, computed once per loop bodies and target).
     """
     import math
 
     from .virtualized import V
     from .scheduler import (
-        _LoopStateSnapshot,
         FusedSchedulerNode,
         refresh_group_node_dependencies,
         SchedulerNode,
@@ -292,20 +292,14 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
         return False
     if all(tuple(sn.get_ranges()[0]) == tuple(target) for sn in snodes):
         return False
-    attempt = _reindexing_attempt(pointwise, reduction, target)
-    failed = _failed_reindexings.setdefault(scheduler, set())
-    if attempt in failed:
+    reindexed = _reindexed_deps(scheduler, pointwise, target)
+    if not _share_a_dependency(scheduler, reindexed, reduction.read_writes):
         return False
-    snapshot = _LoopStateSnapshot.create((pointwise,))
     for sn in snodes:
         sn.apply_loop_reindexing(target)
     if isinstance(pointwise, FusedSchedulerNode):
         pointwise.group = snodes[0].group
         refresh_group_node_dependencies(pointwise)
-    if not _share_a_dependency(scheduler, node1, node2):
-        snapshot.restore()
-        failed.add(attempt)
-        return False
     if not enabled_for_device("cpu"):
         # Loops stay as they are from here on: canonical dependency names,
         # as stock's merged nodes have them.
@@ -321,26 +315,42 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
     return True
 
 
-# Per scheduler, the reindexing attempts that shared no dependency.  The
-# scheduler asks again for the same pair in every fusion round and reorder
-# check, and each attempt rebuilds the pointwise node's loop bodies.
-_failed_reindexings: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Per scheduler, the deps a pointwise node's loop bodies would have over
+# other loop sizes.  The scheduler asks again for the same node in every
+# fusion round and reorder check, against other partners, and each answer
+# rebuilds the node's loop bodies.
+_reindexed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _reindexing_attempt(pointwise, reduction, target) -> tuple:
-    """What a reindexing attempt's outcome depends on: the loop bodies of
-    both nodes (held, so compared by identity) and the target sizes."""
-    return (
-        tuple(getattr(sn, "_body", None) for sn in pointwise.get_nodes()),
-        tuple(getattr(sn, "_body", None) for sn in reduction.get_nodes()),
-        tuple(target),
+def _reindexed_deps(scheduler, pointwise, target):
+    """``pointwise.read_writes`` after reindexing its loops to ``target``;
+    the node is left as it was."""
+    from .scheduler import (
+        _LoopStateSnapshot,
+        FusedSchedulerNode,
+        refresh_group_node_dependencies,
     )
 
+    snodes = pointwise.get_nodes()
+    # The loop bodies are held, so the key compares them by identity.
+    key = (tuple(sn._body for sn in snodes), tuple(target))
+    cache = _reindexed.setdefault(scheduler, {})
+    if key not in cache:
+        snapshot = _LoopStateSnapshot.create((pointwise,))
+        for sn in snodes:
+            sn.apply_loop_reindexing(target)
+        if isinstance(pointwise, FusedSchedulerNode):
+            pointwise.group = snodes[0].group
+            refresh_group_node_dependencies(pointwise)
+        cache[key] = pointwise.read_writes
+        snapshot.restore()
+    return cache[key]
 
-def _share_a_dependency(scheduler, node1, node2) -> bool:
-    common = node1.read_writes.buffer_names() & node2.read_writes.buffer_names()
-    deps1 = {dep.name: dep for dep in node1.read_writes.reads_and_writes()}
-    deps2 = {dep.name: dep for dep in node2.read_writes.reads_and_writes()}
+
+def _share_a_dependency(scheduler, read_writes1, read_writes2) -> bool:
+    common = read_writes1.buffer_names() & read_writes2.buffer_names()
+    deps1 = {dep.name: dep for dep in read_writes1.reads_and_writes()}
+    deps2 = {dep.name: dep for dep in read_writes2.reads_and_writes()}
     return any(scheduler.deps_match_normalized(deps1[n], deps2[n]) for n in common)
 
 
