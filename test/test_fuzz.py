@@ -202,7 +202,7 @@ def test_reach_counts_the_decisions_of_the_flags_on_run():
 def test_reach_wraps_every_feature_decision():
     assert reach.install() == []
     # 0016 changes kernel counters only: no decision about the code
-    assert reach.FEATURES == tuple(f"{n:04d}" for n in (*range(2, 16), 17, 18))
+    assert reach.FEATURES == tuple(f"{n:04d}" for n in (*range(2, 16), 17, 18, 19))
 
 
 def test_summary_reports_reach_per_feature():

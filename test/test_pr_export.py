@@ -323,6 +323,7 @@ def test_the_cost_model_grows_with_the_features_that_use_it():
         "BLOCK_BYTES_IN_CACHE": "0009",
         "last_level_cache_bytes": "0013",
         "LOOKAHEAD_BYTES": "0014",
+        "TILE_BYTES_IN_CACHE": "0019",
     }
     for name, step in arrivals.items():
         assert name in commits[step].grown[costs], (name, step)

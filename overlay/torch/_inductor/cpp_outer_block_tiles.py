@@ -45,11 +45,10 @@ import sympy
 
 import torch
 
-from torch.utils._sympy.value_ranges import bound_sympy, ValueRanges
-
 from . import config, dependencies
 from .cpp_fusion_costs import feeds_every_thread, TILE_BYTES_IN_CACHE, TILE_LANES
 from .cpp_outer_block_fusion import (
+    _bounds,
     _bytes_read,
     _reads_by_block,
     _shared_buffers,
@@ -327,22 +326,7 @@ def _composed_of(expr, ranges, digits: list[tuple[int, int]]) -> bool:
         parts[stride] = parts.get(stride, 0) + (int(coeff) // stride) * rest
     sizes = dict(digits)
     for stride, part in parts.items():
-        bounds = _bounds(part, ranges)
+        bounds = _bounds(sympy.sympify(part), ranges)
         if bounds is None or bounds.lower < 0 or bounds.upper > sizes[stride] - 1:
             return False
     return True
-
-
-def _bounds(expr, ranges):
-    expr = sympy.sympify(expr)
-    if expr.is_number:
-        return ValueRanges(int(expr), int(expr))
-    try:
-        bounds = bound_sympy(
-            expr, {v: ValueRanges(0, int(n) - 1) for v, n in ranges.items()}
-        )
-    except Exception:  # an index form value ranges cannot bound
-        return None
-    if not (bounds.lower.is_number and bounds.upper.is_number):
-        return None
-    return bounds
