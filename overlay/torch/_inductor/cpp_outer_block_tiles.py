@@ -58,6 +58,7 @@ from .cpp_outer_block_fusion import (
 )
 from .loop_body import LoopBody
 from .scheduler import (
+    _LoopStateSnapshot,
     FusedSchedulerNode,
     refresh_group_node_dependencies,
     SchedulerNode,
@@ -79,7 +80,7 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
     pair = ((node1, leaves1), (node2, leaves2))
     if not all(sn._loop_mutation_listener is not None for sn in leaves1 + leaves2):
         return 0  # outside can_fuse's rollback scope: never mutate
-    saved = _LoopStates(pair)
+    saved = _LoopStateSnapshot.create((node1, node2))
     tile = _merge_loops_and_pick_tile(pair, depth)
     score = 0
     if tile is not None:
@@ -96,22 +97,6 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
         return score
     saved.restore()
     return 0
-
-
-class _LoopStates:
-    """The loop state of a pair of nodes and their members, to restore."""
-
-    def __init__(self, pair) -> None:
-        self.members = [(sn, sn.snapshot_loop_state()) for _, ls in pair for sn in ls]
-        self.groups = [(node, node.group) for node, _ in pair]
-
-    def restore(self) -> None:
-        for sn, state in self.members:
-            sn.restore_loop_state(state)
-        for node, group in self.groups:
-            if isinstance(node, FusedSchedulerNode):
-                node.group = group
-                refresh_group_node_dependencies(node)
 
 
 def _merge_loops_and_pick_tile(pair, depth: int) -> int | None:
