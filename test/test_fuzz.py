@@ -202,7 +202,7 @@ def test_reach_counts_the_decisions_of_the_flags_on_run():
 def test_reach_wraps_every_feature_decision():
     assert reach.install() == []
     # 0016 changes kernel counters only: no decision about the code
-    assert reach.FEATURES == tuple(f"{n:04d}" for n in (*range(2, 16), 17, 18, 19))
+    assert reach.FEATURES == tuple(f"{n:04d}" for n in (*range(2, 16), 17, 18, 19, 20))
 
 
 def test_summary_reports_reach_per_feature():
@@ -385,13 +385,15 @@ def test_the_parallel_sums_seed_kills_the_unrolled_collapsed_loop(tmp_path):
             "0014-index-of-another-loop", "x0[:, :, :32]", marks=requires_vectors
         ),
         ("0015-reduction-first-any-pointwise", "x0.flatten() * 2"),
+        ("0020-split-digits-reversed", "torch.erf(x0), 4, w1"),
     ],
 )
 def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
     """The seeds added for 0014's loop guard (a first pass over two loops, a
-    last pass over one) and 0015's reduction-first rule (a row sum beside a
-    flattened pointwise node) pass with the installed overlay and fail
-    against the mutant that drops the guard, checked directly."""
+    last pass over one), 0015's reduction-first rule (a row sum beside a
+    flattened pointwise node) and 0020's split (erf before GroupNorm's
+    unrolled groups) pass with the installed overlay and fail against the
+    mutant that breaks the feature, checked directly."""
     seed = next(i for i, case in enumerate(CORPUS) if marker in case.source)
     mutant = next(m for m in mutants.MUTANTS if m.ident == ident)
     quiet = dict(log=lambda line: None)

@@ -37,6 +37,7 @@ FLAGS = (
     _flag("unroll_rotated_reductions", True),
     _flag("outer_loop_shallower_fusion", True),
     _flag("outer_block_tiles", True),
+    _flag("outer_block_prepend", True),
 )
 
 NAMES = tuple(flag.name for flag in FLAGS)

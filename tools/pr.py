@@ -145,6 +145,11 @@ TEST_EXPORTS = (
         ("cpp_outer_block_tiles",),
     ),
     TestExport(
+        "test/test_outer_block_prepend.py",
+        "test/inductor/test_cpu_outer_block_prepend.py",
+        ("cpp_outer_block_prepend",),
+    ),
+    TestExport(
         "test/test_streaming_stores.py",
         "test/inductor/test_cpu_streaming_stores.py",
         ("cpp_streaming_stores",),

@@ -199,6 +199,15 @@ CORPUS = (
         [(2, 3, 128, 384)],
         ["softmax", "reduce", "binary"],
     ),
+    # 0020: erf stored once before GroupNorm(4, 8) over (1, 8, 2), whose
+    # groups of 4 are unrolled: erf's merged loop of 16 is split into the 4
+    # groups and joins the statistics' fusion in front
+    _case(
+        "    v1 = F.group_norm(torch.erf(x0), 4, w1, w2, eps=1e-5)\n    return (v1,)\n",
+        [(1, 8, 2)],
+        ["unary", "norm"],
+        weights=[(8,), (8,)],
+    ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)
     _case(

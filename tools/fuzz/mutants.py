@@ -83,6 +83,7 @@ HELPERS = _C + "cpp_kernel_helpers.py"
 PREFETCH = _C + "cpp_outer_loop_prefetch.py"
 SHALLOW = _C + "cpp_outer_loop_shallower.py"
 TILES = _I + "cpp_outer_block_tiles.py"
+PREPEND = _I + "cpp_outer_block_prepend.py"
 
 MUTANTS = (
     # 0002 re-tile
@@ -802,6 +803,34 @@ MUTANTS = (
         "rollback",
         cost_only="a refused tiling leaves each node's loops re-expressed over "
         "the same elements; later fusion decisions check the tiled loops",
+    ),
+    # 0020 outer-block prepend: its legality is 0009's checks on the split
+    # producer; the split itself must keep every element where it was
+    Mutant(
+        "0020",
+        "inner-one-too-many",
+        PREPEND,
+        "inner = merged[0] // blocks\n",
+        "inner = merged[0] // blocks + 1\n",
+        "bound",
+    ),
+    Mutant(
+        "0020",
+        "split-digits-reversed",
+        PREPEND,
+        "flat = flat * size + var",
+        "flat = flat + var * size",
+        "other",
+    ),
+    Mutant(
+        "0020",
+        "refused-split-kept",
+        PREPEND,
+        "    saved.restore()\n    return 0\n",
+        "    return 0\n",
+        "rollback",
+        cost_only="a refused split leaves the producer's loop re-expressed over "
+        "the same elements; later fusion decisions check the split loops",
     ),
 )
 

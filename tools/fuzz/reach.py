@@ -165,6 +165,13 @@ REACH = (
         "tiled_block_fusion_score",
         lambda a, r: r > 0,
     ),
+    Decision(
+        "0020",
+        "outer-block prepend",
+        "cpp_outer_block_prepend",
+        "prepend_fusion_score",
+        lambda a, r: r > 0,
+    ),
 )
 
 FEATURES = tuple(dict.fromkeys(d.feature for d in REACH))

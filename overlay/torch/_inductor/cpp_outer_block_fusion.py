@@ -61,7 +61,15 @@ fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
 
 def outer_block_fusion_score(scheduler, node1, node2) -> int:
     """Bytes shared by a legal outer-block fusion of node2 into node1, else 0."""
-    depth = _outer_depth(scheduler, node1, node2)
+    return block_fusion_score_at(
+        scheduler, node1, node2, _outer_depth(scheduler, node1, node2)
+    )
+
+
+def block_fusion_score_at(scheduler, node1, node2, depth: int) -> int:
+    """Bytes shared by node2 joining node1 block by block over ``depth``
+    outer loops: 0 unless every read stays in its block and the cost guard
+    accepts the pair."""
     if depth < 1:
         return 0
     shared = _shared_buffers(scheduler, node1, node2, depth)
@@ -90,10 +98,14 @@ def is_outer_block_fusion(node) -> bool:
     block by block (fused by this module), not element by element.  Such a
     fusion is chosen for the cache reuse of each block: the re-tiled
     attempt's parallelism guard (cpp_outer_loop_retile.py) keeps it."""
-    outer_nodes = node.get_outer_nodes()
+    return members_join_by_block(node.get_outer_nodes())
+
+
+def members_join_by_block(members) -> bool:
+    """Whether a member reads an earlier member's output at another index
+    than the one written (the members of an outer-loop fusion, in order)."""
     return any(
-        _reads_by_block(outer_nodes[:i], consumer)
-        for i, consumer in enumerate(outer_nodes)
+        _reads_by_block(members[:i], consumer) for i, consumer in enumerate(members)
     )
 
 

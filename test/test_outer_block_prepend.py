@@ -1,0 +1,128 @@
+"""A producer joins an element-wise outer-loop fusion in front, block by block.
+
+GroupNorm over groups of at most ``config.unroll_reductions_threshold``
+elements lowers to pointwise kernels fused over the group loop.  A reused erf
+or exp before it is stored by a kernel of its own, whose output the
+statistics read a group at a time.  cpp_outer_block_prepend.py lets that
+kernel join the fusion in front (splitting its merged loop into the groups
+and the rest where needed); if the members then fail to merge, the producer
+is generated alone and the rest stays fused.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from compile_utils import compile_shipped_and_inspect
+from torch.testing import FileCheck
+
+import torch._inductor.cpp_outer_block_prepend as prepend
+from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
+
+THREADS = {"cpp.threads": 2}
+OFF = {**THREADS, "cpp.outer_block_prepend": False}
+
+
+def setup_module():
+    torch.manual_seed(0)
+
+
+def erf_group_norm(x, w, b):
+    return F.group_norm(torch.erf(x), 4, w, b, eps=1e-5)
+
+
+def exp_group_norm(x, w, b):
+    return F.group_norm(torch.exp(x), 4, w, b, eps=1e-5)
+
+
+def _args(n: int, c: int, length: int):
+    return torch.randn(n, c, length), torch.randn(c), torch.randn(c)
+
+
+def _loop(extent: int) -> str:
+    return f"<static_cast<int64_t>({extent}L);"
+
+
+def test_one_channel_groups_are_one_nest_over_the_groups():
+    # (1, 4, 4) in 4 groups of 4 elements: the statistics are unrolled.
+    args = _args(1, 4, 4)
+    stock = compile_shipped_and_inspect(
+        erf_group_norm, args, overlay=False, extra_config=THREADS
+    )
+    off = compile_shipped_and_inspect(erf_group_norm, args, extra_config=OFF)
+    patched = compile_shipped_and_inspect(erf_group_norm, args, extra_config=THREADS)
+    # stock inlines erf (one nest); storing it once costs a nest unless it
+    # joins the fusion over the groups
+    assert (stock.nests, off.nests, patched.nests) == ([1], [2], [1])
+    (kernel,) = patched.kernels
+    # the group loop, then erf over the group's 4 elements inside it
+    FileCheck().check(_loop(4)).check(_loop(4)).check(".erf()").check(
+        "1 / std::sqrt"
+    ).run(kernel)
+
+
+def test_a_merged_loop_is_split_into_the_groups():
+    # (1, 8, 2) in 4 groups of two channels: erf's loops merge to 16, which
+    # is split into the 4 groups of 4 to join the statistics' group loop.
+    args = _args(1, 8, 2)
+    off = compile_shipped_and_inspect(erf_group_norm, args, extra_config=OFF)
+    patched = compile_shipped_and_inspect(erf_group_norm, args, extra_config=THREADS)
+    assert (off.total_nests, patched.total_nests) == (3, 2)
+    FileCheck().check(_loop(4)).check(".erf()").check("1 / std::sqrt").run(
+        patched.kernels[0]
+    )
+
+
+def test_stocks_own_stored_exp_joins_too():
+    # exp is on stock's own list of ops stored when reused
+    args = _args(1, 4, 4)
+    stock = compile_shipped_and_inspect(
+        exp_group_norm, args, overlay=False, extra_config=THREADS
+    )
+    patched = compile_shipped_and_inspect(exp_group_norm, args, extra_config=THREADS)
+    assert (stock.nests, patched.nests) == ([2], [1])
+
+
+def _fail_merges_with_a_prepended_member(monkeypatch):
+    check = OuterLoopFusedSchedulerNode.check_outer_fusion_loop_level_attr
+
+    def refuse_prepended(self, proxies, depth):
+        if prepend._prepended(list(self.get_outer_nodes())):
+            return False
+        return check(self, proxies, depth)
+
+    monkeypatch.setattr(
+        OuterLoopFusedSchedulerNode,
+        "check_outer_fusion_loop_level_attr",
+        refuse_prepended,
+    )
+
+
+# Without 0002's re-tiling and 0018's shallower depths, the only attempts
+# left after stock's are the fallbacks under test.
+NO_RETRIES = {
+    **THREADS,
+    "cpp.outer_loop_fusion_retile": False,
+    "cpp.outer_loop_shallower_fusion": False,
+}
+
+
+def test_a_failed_merge_keeps_the_rest_fused(monkeypatch):
+    _fail_merges_with_a_prepended_member(monkeypatch)
+    patched = compile_shipped_and_inspect(
+        erf_group_norm, _args(1, 4, 4), extra_config=NO_RETRIES
+    )
+    # erf alone, then the statistics and the normalization over the groups
+    assert patched.nests == [2]
+    assert patched.outer_fused == 1
+
+
+def test_without_the_rollback_a_failed_merge_unfuses_every_member(monkeypatch):
+    _fail_merges_with_a_prepended_member(monkeypatch)
+    monkeypatch.setattr(
+        prepend, "codegen_without_prepended_member", lambda scheduling, node: False
+    )
+    patched = compile_shipped_and_inspect(
+        erf_group_norm, _args(1, 4, 4), extra_config=NO_RETRIES
+    )
+    assert patched.nests == [3]
