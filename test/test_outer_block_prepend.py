@@ -73,6 +73,30 @@ def test_a_merged_loop_is_split_into_the_groups():
     )
 
 
+def erf_group_norm_relu(x, w, b):
+    return F.relu(F.group_norm(torch.erf(x), 3, w, b, eps=1e-5))
+
+
+def test_a_stored_producer_is_reindexed_onto_the_statistics_loops():
+    # (1, 6, 682) in 3 groups: erf over (6, 682) shares no dep, as indexed,
+    # with the statistics over (3 | 1364), so stock's reindexing never sees
+    # the pair; reindexed, erf runs inside the statistics' loop (as inlined
+    # with the flags off) and is stored there
+    args = _args(1, 6, 682)
+    stock = compile_shipped_and_inspect(
+        erf_group_norm_relu, args, overlay=False, extra_config=THREADS
+    )
+    off = compile_shipped_and_inspect(erf_group_norm_relu, args, extra_config=OFF)
+    patched = compile_shipped_and_inspect(
+        erf_group_norm_relu, args, extra_config=THREADS
+    )
+    assert (stock.total_nests, off.total_nests, patched.total_nests) == (3, 4, 3)
+    # the first nest computes erf, stores it and reduces it, over 3 x 1364
+    FileCheck().check(_loop(3)).check(_loop(1364)).check(".erf()").check(
+        ".store("
+    ).check("welford_combine").run(patched.kernels[0])
+
+
 def test_stocks_own_stored_exp_joins_too():
     # exp is on stock's own list of ops stored when reused
     args = _args(1, 4, 4)
@@ -83,19 +107,14 @@ def test_stocks_own_stored_exp_joins_too():
     assert (stock.nests, patched.nests) == ([2], [1])
 
 
-def _fail_merges_with_a_prepended_member(monkeypatch):
-    check = OuterLoopFusedSchedulerNode.check_outer_fusion_loop_level_attr
+_LEVEL_CHECK = OuterLoopFusedSchedulerNode.check_outer_fusion_loop_level_attr
 
-    def refuse_prepended(self, proxies, depth):
-        if prepend._prepended(list(self.get_outer_nodes())):
-            return False
-        return check(self, proxies, depth)
 
-    monkeypatch.setattr(
-        OuterLoopFusedSchedulerNode,
-        "check_outer_fusion_loop_level_attr",
-        refuse_prepended,
-    )
+def _refuse_prepended(self, proxies, depth):
+    """The loop-level check, failing every merge with a prepended member."""
+    if prepend._prepended(list(self.get_outer_nodes())):
+        return False
+    return _LEVEL_CHECK(self, proxies, depth)
 
 
 # Without 0002's re-tiling and 0018's shallower depths, the only attempts
@@ -108,7 +127,11 @@ NO_RETRIES = {
 
 
 def test_a_failed_merge_keeps_the_rest_fused(monkeypatch):
-    _fail_merges_with_a_prepended_member(monkeypatch)
+    monkeypatch.setattr(
+        OuterLoopFusedSchedulerNode,
+        "check_outer_fusion_loop_level_attr",
+        _refuse_prepended,
+    )
     patched = compile_shipped_and_inspect(
         erf_group_norm, _args(1, 4, 4), extra_config=NO_RETRIES
     )
@@ -118,7 +141,11 @@ def test_a_failed_merge_keeps_the_rest_fused(monkeypatch):
 
 
 def test_without_the_rollback_a_failed_merge_unfuses_every_member(monkeypatch):
-    _fail_merges_with_a_prepended_member(monkeypatch)
+    monkeypatch.setattr(
+        OuterLoopFusedSchedulerNode,
+        "check_outer_fusion_loop_level_attr",
+        _refuse_prepended,
+    )
     monkeypatch.setattr(
         prepend, "codegen_without_prepended_member", lambda scheduling, node: False
     )

@@ -54,12 +54,39 @@ def prepend_fusion_score(scheduler, node1, node2) -> int:
             return block_fusion_score_at(scheduler, node1, node2, depth)
         outer = _iter_sizes(node2.get_outer_nodes()[0])
         outer = outer[:depth] if outer is not None else None
+    elif node2.is_reduction():
+        return _reindexed_score(scheduler, node1, node2)
     else:
         # 0009 refused the pair as it is: node2's loops as the outer ones
-        outer = _iter_sizes(node2) if not node2.is_reduction() else None
+        outer = _iter_sizes(node2)
     if not outer:
         return 0
     return _split_and_score(scheduler, node1, node2, outer)
+
+
+def _reindexed_score(scheduler, node1, node2) -> int:
+    """Reindex node1 onto the reduction node2's loops when their deps then
+    match, and score the pair as stock does; 0 (and nothing changed) if not.
+
+    Stock reindexes a pointwise producer onto a reduction's loops only for
+    pairs that already share data; a stored producer whose loops were kept
+    apart at lowering ((N, C, L) against GroupNorm's (N*G | C/G*L)) shares
+    none as indexed, so the pair never gets there: erf stored by its own
+    loop nest where stock, inlining it, has none."""
+    from .cpp_loop_ordering import try_reindex_pointwise_for_reduction
+
+    leaves = _leaves(node1)
+    if leaves is None or node1.is_reduction():
+        return 0
+    if not all(sn._loop_mutation_listener is not None for sn in leaves):
+        return 0  # outside can_fuse's rollback scope: never mutate
+    saved = _LoopStateSnapshot.create((node1,))
+    if try_reindex_pointwise_for_reduction(scheduler, node1, node2):
+        score = scheduler.score_fusion_memory(node1, node2)
+        if score > 0:
+            return score
+    saved.restore()
+    return 0
 
 
 def _fusion_depth(scheduler, node1, node2) -> int:
