@@ -51,7 +51,7 @@ def block_local_buffers(node, first_index: int) -> list[tuple[ir.Buffer, ir.Buff
     pairs: list[tuple[ir.Buffer, ir.Buffer]] = []
     for writer in members:
         global_buffer = _private_intermediate(writer, members)
-        if global_buffer is None:
+        if global_buffer is None or _an_argument_already(node, global_buffer):
             continue
         sizes = _block_sizes(writer, global_buffer.get_name(), members, depth)
         if sizes is None:
@@ -74,6 +74,22 @@ def block_local_buffers(node, first_index: int) -> list[tuple[ir.Buffer, ir.Buff
         )
         pairs.append((local, global_buffer))
     return pairs
+
+
+def _an_argument_already(node, buffer: ir.Buffer) -> bool:
+    """Whether the kernel group passes ``buffer`` as an argument already.
+
+    Only a failed merge attempt of ``node`` can have made it one (nothing
+    else reads or writes a private intermediate).  A retry that localized
+    it would still pass the buffer, which is then never allocated.
+    """
+    scheduling = V.graph.scheduler.get_backend(node.get_device())
+    args = scheduling.kernel_group.args
+    name = buffer.get_name()
+    return any(
+        name in names
+        for names in (args.input_buffers, args.output_buffers, args.inplace_buffers)
+    )
 
 
 def _private_intermediate(writer, members) -> ir.Buffer | None:
