@@ -84,7 +84,7 @@ def _an_argument_already(node, buffer: ir.Buffer) -> bool:
     it would still pass the buffer, which is then never allocated.
     """
     scheduling = V.graph.scheduler.get_backend(node.get_device())
-    args = scheduling.kernel_group.args
+    args = scheduling.kernel_group.args  # type: ignore[attr-defined]  # CppScheduling
     name = buffer.get_name()
     return any(
         name in names
