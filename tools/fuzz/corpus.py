@@ -208,6 +208,17 @@ CORPUS = (
         ["unary", "norm"],
         weights=[(8,), (8,)],
     ),
+    # 0005's merge after fusion over symbolic sizes: softmax over the rows
+    # of x0 (s0, s1, s2) read as (s1, s0, s2), fused over the rows (s1, s0),
+    # which cannot merge; the fused levels are the prefix whose product is
+    # the outer extent s0*s1, and a symbolic size can be compared with it
+    # for equality only (0005-prefix-at-least: `>=` has no truth value)
+    _case(
+        "    v1 = torch.softmax(x0.transpose(0, 1), dim=-1)\n    return (v1,)\n",
+        [(6, 4, 40)],
+        ["permute", "softmax"],
+        dynamic=True,
+    ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)
     _case(
