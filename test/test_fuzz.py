@@ -387,15 +387,17 @@ def test_the_parallel_sums_seed_kills_the_unrolled_collapsed_loop(tmp_path):
         ("0015-reduction-first-any-pointwise", "x0.flatten() * 2"),
         ("0020-split-digits-reversed", "torch.erf(x0), 4, w1"),
         ("0005-prefix-at-least", "torch.softmax(x0.transpose(0, 1), dim=-1)"),
+        ("0015-members-merged-apart", "v3 = v2.flatten() + 1"),
     ],
 )
 def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
     """The seeds added for 0014's loop guard (a first pass over two loops, a
     last pass over one), 0015's reduction-first rule (a row sum beside a
     flattened pointwise node), 0020's split (erf before GroupNorm's
-    unrolled groups) and 0005's merge of fused loops over symbolic sizes (a
-    softmax over transposed rows) pass with the installed overlay and fail
-    against the mutant that breaks the feature, checked directly."""
+    unrolled groups), 0005's merge of fused loops over symbolic sizes (a
+    softmax over transposed rows) and 0015's merge of a fused node whose
+    members merge apart pass with the installed overlay and fail against the
+    mutant that breaks the feature, checked directly."""
     seed = next(i for i, case in enumerate(CORPUS) if marker in case.source)
     mutant = next(m for m in mutants.MUTANTS if m.ident == ident)
     quiet = dict(log=lambda line: None)

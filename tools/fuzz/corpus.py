@@ -219,6 +219,16 @@ CORPUS = (
         ["permute", "softmax"],
         dynamic=True,
     ),
+    # 0015's merge to fuse, members of a fused node: v1 and v2 fuse over
+    # (6, 8); v1's loops merge to (48,), v2's cannot (a slice of x1), so
+    # the pair may not merge to join v3 over v2 flattened, (48,)
+    # (0015-members-merged-apart: the members' groups then differ in codegen)
+    _case(
+        "    v1 = x0 * 2\n    v2 = v1 + x0 + x1[:, :8]\n    v3 = v2.flatten() + 1\n"
+        "    return (v1, v2, v3,)\n",
+        [(6, 8), (6, 16)],
+        ["unary", "slice", "binary", "reshape", "unary"],
+    ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)
     _case(
