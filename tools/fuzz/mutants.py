@@ -511,6 +511,14 @@ MUTANTS = (
         "            if not _same_block(write, read):\n                return None\n",
         "",
         "check",
+        equivalent="every read it checks was checked when its reader joined the "
+        "fusion: by 0009's _shared_buffers (_in_block: _same_block, or 0019's "
+        "same_digit_block, which for the dense write _block_sizes requires "
+        "composes the read of the write's digits within their ranges, so inside "
+        "[0, S) at the same base) or by stock's vertical check (equal deps: the "
+        "same index). Later depths keep it: 0005's merge keeps the fused levels' "
+        "product, so the blocks, and 0018's shallower depth joins whole blocks, "
+        "in which a write dense at that depth keeps every read",
     ),
     # 0012 regroup
     Mutant(
@@ -667,6 +675,13 @@ MUTANTS = (
         "or (not reduce1 and vars1 == vars2 + reduce2)",
         "or (not reduce1 and len(vars1) == len(vars2 + reduce2))",
         "bound",
+        equivalent="a merge rewrites a node's loops in their visiting order, every "
+        "member alike (_merged_group refuses members that merge apart): merged "
+        "nodes compute what they did, as stock's CPU nodes, all merged, do. The "
+        "mutant only merges more pairs, whose merged groups the group rules then "
+        "refuse: can_fuse rejects them (its tracker undoes the merge) or fuses "
+        "them by a rule that reads merged groups as it reads stock's (outer-loop "
+        "or block fusion)",
     ),
     Mutant(
         "0015",
