@@ -388,6 +388,12 @@ def test_the_parallel_sums_seed_kills_the_unrolled_collapsed_loop(tmp_path):
         ("0020-split-digits-reversed", "torch.erf(x0), 4, w1"),
         ("0005-prefix-at-least", "torch.softmax(x0.transpose(0, 1), dim=-1)"),
         ("0015-members-merged-apart", "v3 = v2.flatten() + 1"),
+        # the transpose's 2-D tile needs vector kernels
+        pytest.param(
+            "0018-one-level-unchecked",
+            "x0.permute(0, 3, 2, 1) * 2",
+            marks=requires_vectors,
+        ),
     ],
 )
 def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
@@ -395,8 +401,9 @@ def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
     last pass over one), 0015's reduction-first rule (a row sum beside a
     flattened pointwise node), 0020's split (erf before GroupNorm's
     unrolled groups), 0005's merge of fused loops over symbolic sizes (a
-    softmax over transposed rows) and 0015's merge of a fused node whose
-    members merge apart pass with the installed overlay and fail against the
+    softmax over transposed rows), 0015's merge of a fused node whose
+    members merge apart and 0018's shallower depth (a transpose tiled over
+    a fused level) pass with the installed overlay and fail against the
     mutant that breaks the feature, checked directly."""
     seed = next(i for i, case in enumerate(CORPUS) if marker in case.source)
     mutant = next(m for m in mutants.MUTANTS if m.ident == ident)

@@ -229,6 +229,18 @@ CORPUS = (
         [(6, 8), (6, 16)],
         ["unary", "slice", "binary", "reshape", "unary"],
     ),
+    # 0018 at a depth whose last fused level a kernel would tile: a transpose
+    # (2-D tile over its rows s and its last loop) and a sum over half of
+    # each of its rows, fused block-wise over (b, s, h); the transpose runs
+    # scalar unless s is tiled, so they merge over b alone, never over (b, s)
+    # (0018-one-level-unchecked: merged over (b, s) in steps of the tile)
+    _case(
+        "    v1 = (x0.permute(0, 3, 2, 1) * 2).contiguous()\n"
+        "    v2 = torch.sum(v1[..., :8], dim=(-1,))\n    return (v1, v2,)\n",
+        [(2, 16, 2, 16)],
+        ["permute", "unary", "slice", "reduce"],
+        threads=1,
+    ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)
     _case(
