@@ -241,6 +241,17 @@ CORPUS = (
         ["permute", "unary", "slice", "reduce"],
         threads=1,
     ),
+    # 0003's split, exact only: row sums over (4, 3, 2) and their sums over
+    # each of the 4 blocks fuse over the 4 rows (0009); a consumer of the
+    # row sums as (6, 4) shares no outer extent with them: 6 rows do not
+    # split into 4 (0003-inexact-split: (4, 4), a third of it left out)
+    _case(
+        "    v1 = torch.sum(x0, dim=(-1,))\n    v2 = torch.sum(v1, dim=(1, 2))\n"
+        "    v3 = v1.reshape(6, 4) * x1\n    return (v2, v3,)\n",
+        [(4, 3, 2, 64), (6, 4)],
+        ["reduce", "reduce", "reshape", "binary"],
+        threads=2,
+    ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)
     _case(
