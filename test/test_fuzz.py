@@ -389,6 +389,7 @@ def test_the_parallel_sums_seed_kills_the_unrolled_collapsed_loop(tmp_path):
         ("0005-prefix-at-least", "torch.softmax(x0.transpose(0, 1), dim=-1)"),
         ("0015-members-merged-apart", "v3 = v2.flatten() + 1"),
         ("0003-inexact-split", "v3 = v1.reshape(6, 4) * x1"),
+        ("0003-members-not-aligned", "v3 = v2[:, 1:] * 2"),
         # the transpose's 2-D tile needs vector kernels
         pytest.param(
             "0018-one-level-unchecked",
@@ -404,9 +405,10 @@ def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
     unrolled groups), 0005's merge of fused loops over symbolic sizes (a
     softmax over transposed rows), 0015's merge of a fused node whose
     members merge apart, 0003's split (a consumer whose first loop the
-    producer's outer extent does not divide) and 0018's shallower depth (a
-    transpose tiled over a fused level) pass with the installed overlay and
-    fail against the mutant that breaks the feature, checked directly."""
+    producer's outer extent does not divide, and one whose members loop
+    apart) and 0018's shallower depth (a transpose tiled over a fused
+    level) pass with the installed overlay and fail against the mutant that
+    breaks the feature, checked directly."""
     seed = next(i for i, case in enumerate(CORPUS) if marker in case.source)
     mutant = next(m for m in mutants.MUTANTS if m.ident == ident)
     quiet = dict(log=lambda line: None)

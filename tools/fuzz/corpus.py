@@ -252,6 +252,17 @@ CORPUS = (
         ["reduce", "reduce", "reshape", "binary"],
         threads=2,
     ),
+    # 0003's split of a consumer whose members share one iteration space:
+    # v2 over (2, 4) and v3 over (2, 3), fused block-wise over 2 rows
+    # (0009), after 8 row sums that v2 reads as (2, 4); v2 alone would
+    # split to (8,), v3 not (0003-members-not-aligned: both reindexed)
+    _case(
+        "    v1 = torch.sum(x0, dim=(-1,))\n    v2 = v1.reshape(2, 4) * x1\n"
+        "    v3 = v2[:, 1:] * 2\n    return (v2, v3,)\n",
+        [(8, 64), (2, 4)],
+        ["reduce", "reshape", "binary", "slice", "unary"],
+        threads=2,
+    ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)
     _case(
