@@ -385,7 +385,6 @@ def test_the_parallel_sums_seed_kills_the_unrolled_collapsed_loop(tmp_path):
             "0014-index-of-another-loop", "x0[:, :, :32]", marks=requires_vectors
         ),
         ("0015-reduction-first-any-pointwise", "x0.flatten() * 2"),
-        ("0020-split-digits-reversed", "torch.erf(x0), 4, w1"),
         ("0005-prefix-at-least", "torch.softmax(x0.transpose(0, 1), dim=-1)"),
         ("0015-members-merged-apart", "v3 = v2.flatten() + 1"),
         ("0003-inexact-split", "v3 = v1.reshape(6, 4) * x1"),
@@ -401,8 +400,7 @@ def test_the_parallel_sums_seed_kills_the_unrolled_collapsed_loop(tmp_path):
 def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
     """The seeds added for 0014's loop guard (a first pass over two loops, a
     last pass over one), 0015's reduction-first rule (a row sum beside a
-    flattened pointwise node), 0020's split (erf before GroupNorm's
-    unrolled groups), 0005's merge of fused loops over symbolic sizes (a
+    flattened pointwise node), 0005's merge of fused loops over symbolic sizes (a
     softmax over transposed rows), 0015's merge of a fused node whose
     members merge apart, 0003's split (a consumer whose first loop the
     producer's outer extent does not divide, and one whose members loop

@@ -263,6 +263,17 @@ CORPUS = (
         ["reduce", "reshape", "binary", "slice", "unary"],
         threads=2,
     ),
+    # 0012: erf before LayerNorm(4096) over two rows, every small op
+    # realized, 4 threads: the fused statistics and output kernels fail to
+    # merge with erf's and are regrouped
+    _case(
+        "    v1 = F.layer_norm(torch.erf(x0), (4096,), None, None, eps=1e-5)\n"
+        "    return (v1,)\n",
+        [(2, 4096)],
+        ["unary", "norm"],
+        config="seed",
+        threads=4,
+    ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)
     _case(

@@ -828,6 +828,10 @@ MUTANTS = (
         "inner = merged[0] // blocks\n",
         "inner = merged[0] // blocks + 1\n",
         "bound",
+        equivalent="0009's checks run on the split producer: with an inner "
+        "loop one too long its write's outer stride is no longer the reads' "
+        "(S*g + k against (S+1)*g + k), so _same_block refuses the pair and "
+        "the split is undone",
     ),
     Mutant(
         "0020",
@@ -836,13 +840,29 @@ MUTANTS = (
         "flat = flat * size + var",
         "flat = flat + var * size",
         "other",
+        equivalent="0009's checks run on the split producer: the mutated "
+        "index gives the inner loop (extent > 1, or no split is made) the "
+        "stride of its own extent, so the write is not dense in its block "
+        "(_dense_block_size) and the pair is refused, the split undone",
+    ),
+    Mutant(
+        "0020",
+        "front-join-of-a-block-fusion",
+        PREPEND,
+        "    ):\n        return False  # a block fusion: "
+        "cpp_outer_block_fusion.py extends it\n",
+        "    ):\n        pass\n",
+        "check",
+        equivalent="a producer joining a block fusion in front is checked by "
+        "0009's block_fusion_score_at over every member's reads, as when 0009 "
+        "extends that fusion itself; the check only keeps 0009's own path first",
     ),
     Mutant(
         "0020",
         "refused-split-kept",
         PREPEND,
-        "    saved.restore()\n    return 0\n",
-        "    return 0\n",
+        "        )\n        return score\n    saved.restore()\n    return 0\n",
+        "        )\n        return score\n    return 0\n",
         "rollback",
         cost_only="a refused split leaves the producer's loop re-expressed over "
         "the same elements; later fusion decisions check the split loops",
