@@ -1,25 +1,36 @@
-"""Outer-block fusion of a producer in front of an element-wise outer-loop fusion (CPU).
+"""A stored producer joins the kernel of its consumers (CPU).
 
 GroupNorm over groups small enough for stock to unroll its reduction (at
 most ``config.unroll_reductions_threshold`` elements) lowers to pointwise
 kernels: the statistics over (groups,), reading their group's elements at
 ``S*g + k``, and the normalization over (groups, S).  Stock fuses them over
 the group loop, element by element.  A reused erf or exp before the norm is
-stored by its own kernel over (groups, S) (an op too costly to recompute in
-each consumer, see cpp_fusion_costs.py), and that kernel reads... nothing
-the fusion could share with it element by element: the statistics read its
-group's block.  cpp_outer_block_fusion.py would fuse it block by block, but
-the scheduler takes the element-wise pair first (a larger shared-data
-score), and an outer-loop fusion that merges element by element is never
-extended block-wise: one loop nest more than with erf inlined.
+stored by a kernel of its own (an op too costly to recompute in each
+consumer, see cpp_fusion_costs.py), whose output the statistics read a
+group block at a time, so no dep matches element by element.
+cpp_outer_block_fusion.py would fuse it block by block, but the scheduler
+takes the element-wise pair first (a larger shared-data score), and an
+outer-loop fusion that merges element by element is never extended
+block-wise: one loop nest more than with erf inlined.
 
 Here a producer that is not itself an outer-loop fusion may join such a
 fusion in front, block by block, over exactly the fusion's depth (so the
 members' merge is the one the fusion already makes, plus the producer's
-kernel).  cpp_outer_block_fusion.py's checks decide legality (every read of
-the producer's output stays in its block, no mutation, no intermediate node)
-and its cost guard applies (one outer iteration's reads fit its budget, the
-outer loop feeds every thread).
+kernel), or join a plain pointwise consumer over that consumer's loops.
+Where the producer's loops were merged at lowering, its one loop is split
+into those outer loops and the rest (``_split_and_score``, undone unless
+the pair fuses).  cpp_outer_block_fusion.py's checks decide legality (every
+read of the producer's output stays in its block, no mutation, no
+intermediate node) and its cost guard applies (one outer iteration's reads
+fit its budget, the outer loop feeds every thread).
+
+Groups too large to unroll meet the same gap another way: erf over
+(N, C, L) against the statistics over (N*G | C/G*L) share no dep as
+indexed, and stock reindexes a pointwise producer onto a reduction's loops
+only for pairs that already share data.  ``_reindexed_score`` reindexes it
+(cpp_loop_ordering.py's ``try_reindex_pointwise_for_reduction``, applied
+only if a dep then matches) and leaves the decision to stock's vertical
+fusion rules.
 
 Rollback: if the members then fail to merge in codegen, the producer is
 generated alone and the rest as the outer-loop fusion it was before
