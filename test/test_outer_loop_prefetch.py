@@ -135,6 +135,11 @@ def test_only_affine_indices_with_a_static_stride():
     assert static_stride(x1 + 8 * ModularIndexing(x0, 1, 32), x0, loops) == 0
 
 
+# The softmax passes as stock arranges them (exponentials stored by the
+# max pass's nest, read back by the sum and output passes).
+STOCK_PASSES = {**LOOP_ORDERING_OFF, "cpp.outer_block_prepend": False}
+
+
 @requires_vectors
 def test_inputs_that_stay_in_cache_are_not_prefetched(cache_of):
     cache_of(1 << 20)  # inputs under 1/32 of it (32 KiB) stay cached
@@ -144,9 +149,11 @@ def test_inputs_that_stay_in_cache_are_not_prefetched(cache_of):
         return torch.softmax(x + mask, -1)
 
     # Two nests, the first of which prefetches; loop ordering after fusion
-    # makes it one nest over unmerged (64, 64) loops, which 0014 leaves alone.
+    # makes it one nest over unmerged (64, 64) loops, which 0014 leaves alone,
+    # and 0020 moves the exponentials into the second nest's local buffer
+    # (the first pass then only reads x): both pinned off.
     on = compile_shipped_and_inspect(
-        masked_softmax, (torch.randn(64, 64, 64),), extra_config=LOOP_ORDERING_OFF
+        masked_softmax, (torch.randn(64, 64, 64),), extra_config=STOCK_PASSES
     )
     assert "loadu(in_ptr1 + static_cast<int64_t>(x2 + 64L*x1)" in on.code  # mask
     # x (1 MiB) is prefetched 64 rows of 256 bytes ahead, the mask is not
@@ -165,8 +172,9 @@ def test_a_buffer_updated_in_place_is_prefetched(cache_of):
         return torch.softmax(q @ k.transpose(-1, -2) * 0.125 + mask, -1)
 
     # Loop ordering after fusion joins the max and exp passes into one nest
-    # that no longer updates the matmul's output in place.
-    on = compile_shipped_and_inspect(attention, (q, k), extra_config=LOOP_ORDERING_OFF)
+    # that no longer updates the matmul's output in place; 0020 computes the
+    # exponentials into a local buffer in the sum's nest: both pinned off.
+    on = compile_shipped_and_inspect(attention, (q, k), extra_config=STOCK_PASSES)
     prefetched = PREFETCH.findall(on.code)
     assert ("in_out_ptr0", "x2 + 256L*x1 + 65536L*x0", "16384") in prefetched
 
