@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch._inductor import metrics
+from torch._inductor import cpp_fusion_costs as costs, metrics
 from compile_utils import compile_and_run
 from compile_utils import compile_shipped_and_inspect as compile_and_inspect
 from compile_utils import LOOP_ORDERING_OFF, requires_vectors, SEED_CONFIG
@@ -312,15 +312,41 @@ def test_diffusion_unet_groups_fuse_with_their_silu():
     assert "welford" not in patched.code  # two steps: the group is re-read from L2
 
 
+@pytest.fixture
+def cache_of(monkeypatch):
+    def set_size(nbytes: int) -> None:
+        monkeypatch.setattr(costs, "last_level_cache_bytes", lambda: nbytes)
+
+    return set_size
+
+
 @pytest.mark.parametrize(
     ("width", "nests"),
     [(128, 1), (160, 3)],  # groups of 131072 (512 KiB) fuse; of 163840 do not
 )
-def test_rows_fuse_up_to_half_of_l2(width, nests):
+def test_rows_fuse_up_to_half_of_l2(cache_of, width, nests):
+    cache_of(1 << 20)  # a last-level cache that holds no longer row
     fn = torch.nn.GroupNorm(16, 64)  # 16 groups of 4 * 256 * width elements
     args = (torch.randn(1, 64, 256, width),)
     patched = compile_and_inspect(fn, args, extra_config={"cpp.threads": 2})
     assert patched.total_nests == nests
+
+
+@pytest.mark.parametrize(
+    ("cache_mib", "nests", "welford"),
+    # 8 rows of 262144 floats (1 MiB), 1 thread: a row takes a quarter of a
+    # 4 MiB last-level cache, a half of a 2 MiB one
+    [(4, [1], False), (2, [2], True)],
+)
+def test_rows_longer_than_l2_fuse_while_they_stay_in_the_last_level_cache(
+    cache_of, cache_mib, nests, welford
+):
+    cache_of(cache_mib << 20)
+    fn, args = torch.nn.LayerNorm((64, 64, 64)), (torch.randn(8, 64, 64, 64),)
+    patched = compile_and_inspect(fn, args, extra_config={"cpp.threads": 1})
+    assert patched.nests == nests
+    # two steps where the second pass reads the row from cache
+    assert ("welford" in patched.code) == welford
 
 
 def test_few_large_groups_keep_parallel_inner_loops():

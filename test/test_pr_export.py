@@ -321,7 +321,9 @@ def test_the_cost_model_grows_with_the_features_that_use_it():
         "SMALL_CONSUMER_RATIO": "0003",
         "ACCUMULATORS": "0008",
         "BLOCK_BYTES_IN_CACHE": "0009",
-        "last_level_cache_bytes": "0013",
+        # a row longer than L2 stays in the last-level cache (0002's guard)
+        "last_level_cache_bytes": "0002",
+        "ROW_SHARE_OF_LAST_LEVEL": "0002",
         "LOOKAHEAD_BYTES": "0014",
         "TILE_BYTES_IN_CACHE": "0019",
     }

@@ -144,7 +144,30 @@ def rows_feed_every_thread(rows: int, row_numel: int) -> bool:
     test_group_norm_large_input, 4 groups of 32768, expects that.)
     """
     threads = parallel_num_threads()
-    return rows >= threads * ROWS_PER_THREAD and row_numel <= ROW_FITS_IN_CACHE
+    return rows >= threads * ROWS_PER_THREAD and row_stays_cached(row_numel)
+
+
+# A row longer than ROW_FITS_IN_CACHE is still cached for the next pass over
+# it when the rows all threads work on take at most this fraction of the
+# last-level cache (the rest holds what the passes stream in and out).
+ROW_SHARE_OF_LAST_LEVEL = 4
+
+
+def row_stays_cached(row_numel: int) -> bool:
+    """Whether a float32 row read by one pass of a fused normalization is
+    still cached when the next pass over it starts.
+
+    Up to ROW_FITS_IN_CACHE elements it stays in L2.  A longer row stays in
+    the last-level cache while every thread's row together take at most
+    1/ROW_SHARE_OF_LAST_LEVEL of it: LayerNorm over (128, 56, 56) (rows of
+    1.5 MiB) then reads its input from memory once, as ATen's kernel does,
+    where unfused it reads it twice.  Many threads over one cache give
+    shorter bounds, down to L2's.
+    """
+    if row_numel <= ROW_FITS_IN_CACHE:
+        return True
+    rows_bytes = row_numel * 4 * parallel_num_threads()
+    return rows_bytes * ROW_SHARE_OF_LAST_LEVEL <= last_level_cache_bytes()
 
 
 # A split of a consumer's loops that changes its innermost (vectorized)
@@ -203,7 +226,8 @@ def two_step_variance_threshold(
     1.27 ms in two steps (1 thread).  Two-step (mean first, then squared
     deviations) is as stable as Welford.
 
-    Rows of ROW_WORTH_TWO_STEPS to ROW_FITS_IN_CACHE elements switch,
+    Rows of at least ROW_WORTH_TWO_STEPS elements that stay cached between
+    the passes (``row_stays_cached``) switch,
     but only where the outer-loop fusion will be accepted: its parallelism
     guard refuses rows more than INNER_TO_OUTER times longer than the number
     of rows unless every thread gets several rows
@@ -218,7 +242,7 @@ def two_step_variance_threshold(
     numel = _static_int(reduction_numel)
     rows = _static_int(outer_numel)
     fusable = rows * INNER_TO_OUTER >= numel or rows_feed_every_thread(rows, numel)
-    if ROW_WORTH_TWO_STEPS <= numel <= ROW_FITS_IN_CACHE and fusable:
+    if ROW_WORTH_TWO_STEPS <= numel and row_stays_cached(numel) and fusable:
         return max(stock_threshold, numel)
     return stock_threshold
 
