@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import torch
 from compile_utils import compile_and_inspect, requires_vectors
 from torch._inductor import cpp_builder
 from torch._inductor.cpp_fusion_costs import ACCUMULATORS
+from torch.testing import FileCheck
 
 pytestmark = requires_vectors
 ROTATION = re.compile(r"\{ auto rotated = \w+;")
@@ -75,6 +77,29 @@ def test_reduction_over_two_loops_unrolls_the_inner_one():
     compiled = compile_and_inspect(torch.nn.GroupNorm(4, 32), (x,))
     assert compiled.nests == [1]
     assert unrolled_loops(compiled.code) == 2
+
+
+LAMBDA_OPEN, LAMBDA_CALL = "[&]() {", "}();"
+
+
+@pytest.mark.parametrize("threads, lambdas", [(2, 2), (1, 0)])
+def test_rotated_loops_in_a_parallel_region_run_in_a_lambda(threads, lambdas):
+    # GCC drops unroll pragmas in the loops of an OpenMP region's outlined
+    # function; the body of a lambda called in place is a function of its own
+    x = torch.randn(8, 128, 768)  # 1024 rows: the row loop is parallel
+    compiled = compile_and_inspect(
+        torch.nn.LayerNorm(768), (x,), extra_config={"cpp.threads": threads}
+    )
+    assert ("#pragma omp parallel" in compiled.code) == (threads > 1)
+    assert unrolled_loops(compiled.code) == 2
+    assert compiled.code.count(LAMBDA_OPEN) == lambdas
+    assert compiled.code.count(LAMBDA_CALL) == lambdas
+    if lambdas:
+        check = FileCheck().check("#pragma omp parallel").check("#pragma omp for")
+        for _ in range(lambdas):
+            check = check.check(LAMBDA_OPEN).check_next(UNROLL).check_next("for(")
+            check = check.check(LAMBDA_CALL)
+        check.run(compiled.code)
 
 
 def test_parallel_reduction_loop_is_not_unrolled():

@@ -152,12 +152,17 @@ def add_accumulators(
     )
 
 
-def unroll_rotated_loop(loop_lines: list[str], loop_nest, depth: int) -> list[str]:
+def unroll_rotated_loop(
+    loop_lines: list[str], loop_nest, depth: int, code, stack, worksharing
+) -> list[str]:
     """The lines of loop ``depth`` of ``loop_nest``, with an unroll pragma
     right before its ``for`` when it is the serial innermost vector loop of a
     kernel whose reduction rotates accumulators.  A loop that an outer
     ``omp for collapse(n)`` takes in (``collapsed``) is not serial: nothing may
-    stand between the collapsed loops."""
+    stand between the collapsed loops.
+
+    Inside an OpenMP parallel region the loop goes into a lambda called in
+    place (see ``_in_a_function_of_its_own``)."""
     loop = loop_nest.loops[depth]
     if depth != len(loop_nest.loops) - 1 or not loop.simd_vec:
         return loop_lines
@@ -168,7 +173,24 @@ def unroll_rotated_loop(loop_lines: list[str], loop_nest, depth: int) -> list[st
     pragma = _unroll_pragma(count) if count > 1 else None
     if pragma is None:
         return loop_lines
+    if worksharing.in_parallel:
+        _in_a_function_of_its_own(code, stack)
     return [*loop_lines[:-1], pragma, loop_lines[-1]]
+
+
+def _in_a_function_of_its_own(code, stack) -> None:
+    """Open a lambda, called in place, around the loop written next.
+
+    GCC 12 drops unroll pragmas in the loops of an OpenMP region's outlined
+    function, so there the rotation keeps its moves.  In a lambda's body, a
+    function of its own, the pragma holds; GCC inlines the call back into
+    the region.  The lambda captures by reference: the accumulators and
+    buffers the loop updates are the enclosing ones, and the loop has no
+    return, break or continue that would change meaning inside it.
+    """
+    code.writeline("[&]() {")
+    # runs after the loop's own scope closes (the stack unwinds in reverse)
+    stack.callback(code.writeline, "}();")
 
 
 def _unroll_pragma(count: int) -> str | None:
