@@ -126,7 +126,9 @@ def _split_and_score(scheduler, node1, node2, outer: list[int]) -> int:
     saved = _LoopStateSnapshot.create((node1,))
     _apply(node1, leaves, lambda body: body.merge_loops())
     score = 0
-    merged = _iter_sizes(node1)
+    # every member must have merged to one loop: one whose loads stride
+    # differently keeps several, which the split cannot index
+    merged = _iter_sizes(node1) if _leaves(node1) is not None else None
     if merged is not None and len(merged) == 1:
         inner = merged[0] // blocks
         _apply(node1, leaves, lambda body: _split_body(body, outer, inner))
