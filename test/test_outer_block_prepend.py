@@ -73,6 +73,21 @@ def test_a_merged_loop_is_split_into_the_groups():
     )
 
 
+def erf_group_norm_and_scaled(x, w, b):
+    return F.group_norm(torch.erf(x), 4, w, b, eps=1e-5), torch.erf(x) * 3
+
+
+def test_a_fused_producer_is_split_when_its_members_merge():
+    # erf and erf * 3 fuse (one read of x); their loops merge to 16 and
+    # split into the 4 groups of 4 (0020 off: erf and the product apart)
+    args = _args(1, 8, 2)
+    off = compile_shipped_and_inspect(erf_group_norm_and_scaled, args, extra_config=OFF)
+    patched = compile_shipped_and_inspect(
+        erf_group_norm_and_scaled, args, extra_config=THREADS
+    )
+    assert (off.total_nests, patched.total_nests) == (3, 2)
+
+
 def erf_group_norm_relu(x, w, b):
     return F.relu(F.group_norm(torch.erf(x), 3, w, b, eps=1e-5))
 
