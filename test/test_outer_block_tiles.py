@@ -97,6 +97,40 @@ def test_log_softmax_over_channels_is_one_nest_over_pixel_tiles():
     ).check(_loop(3)).check(_loop(tile)).run(kernel)
 
 
+def test_log_softmax_of_one_image_fuses_over_pixel_tiles_alone():
+    # No batch loop: the statistic loops over (P), the output over (C, P),
+    # and the pixel tiles are the only loop the two kernels share.
+    x = torch.randn(1, 3, 256, 256)
+    stock = compile_shipped_and_inspect(
+        log_softmax_over_channels, (x,), overlay=False, extra_config=THREADS
+    )
+    patched = compile_shipped_and_inspect(
+        log_softmax_over_channels, (x,), extra_config=THREADS
+    )
+    assert (stock.nests, patched.nests) == ([2], [1])
+    tile = _tile(256 * 256, 16)
+    (kernel,) = patched.kernels
+    FileCheck().check(_loop(256 * 256 // tile)).check(_loop(tile)).check(
+        _loop(3)
+    ).check(_loop(tile)).run(kernel)
+
+
+def test_softmax_of_one_image_fuses_over_pixel_tiles_alone():
+    x = torch.randn(1, 3, 256, 256)
+    stock = compile_shipped_and_inspect(
+        softmax_over_channels, (x,), overlay=False, extra_config=THREADS
+    )
+    patched = compile_shipped_and_inspect(
+        softmax_over_channels, (x,), extra_config=THREADS
+    )
+    assert (stock.nests, patched.nests) == ([2], [1])
+    tile = _tile(256 * 256, 12)
+    check = FileCheck().check(_loop(256 * 256 // tile))
+    for _ in range(2):
+        check = check.check(_loop(3)).check(_loop(tile))
+    check.run(patched.kernels[0])
+
+
 def test_flag_off_keeps_stocks_nests():
     x = torch.randn(4, 3, 256, 256)
     off = {**THREADS, "cpp.outer_block_tiles": False}

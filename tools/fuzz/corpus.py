@@ -199,6 +199,17 @@ CORPUS = (
         [(2, 3, 128, 384)],
         ["softmax", "reduce", "binary"],
     ),
+    # 0019 over one image: log_softmax's statistic loops over (P) and its
+    # output over (C, P), no loop shared until the pixel loop is tiled; the
+    # roll's quotient reads the previous pixel, across tile borders
+    _case(
+        "    v1 = torch.log_softmax(x0, dim=1)\n"
+        "    v2 = torch.exp(x0 - x0.amax(1, keepdim=True))\n"
+        "    v3 = torch.roll(v2, 1, -1) / v2.sum(1, keepdim=True)\n"
+        "    return (v1, v3,)\n",
+        [(1, 3, 128, 384)],
+        ["softmax", "reduce", "binary"],
+    ),
     # 0020: erf stored once before GroupNorm(4, 8) over (1, 8, 2), whose
     # groups of 4 are unrolled: erf's merged loop of 16 is split into the 4
     # groups and joins the statistics' fusion in front

@@ -794,7 +794,9 @@ MUTANTS = (
         "check",
         equivalent="every write it sees is the tiled body of a write that "
         "0009 found dense within disjoint blocks before tiling "
-        "(block_fusion_refused_for_size); tiling splits the pixel digit "
+        "(block_fusion_refused_for_size), or, for one image tiled at depth 0, "
+        "of a buffer's store in its own layout, one element per index (a "
+        "mutation is refused before); tiling splits the pixel digit "
         "(stride s, range P) into tile index (s*T, P/T) and lane (s, T), "
         "which overlap nothing",
     ),
