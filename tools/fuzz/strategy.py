@@ -701,11 +701,42 @@ def _tiled_outer_family(draw, b: _Builder) -> None:
     _op(b, "cat", [centered, e, prod], op="stack", dim=-1)
 
 
+def _skip_family(draw, b: _Builder) -> None:
+    """A UNet block on (N, C, H, W) maps, channels-last as layout
+    optimization leaves them after convolutions: a residual sum stored for a
+    GroupNorm (+SiLU) and written into a skip connection's concat, which a
+    second GroupNorm reads.  A producer whose members store in other layouts
+    (a slice of the concat's channels) comes in front of the statistics'
+    fusion (0020's split, 0003, 0009)."""
+    n, c = draw(st.sampled_from([1, 2])), draw(st.sampled_from([8, 4, 12, 16, 40]))
+    hw = draw(st.sampled_from([4, 2, 3, 8, 16]))
+    layout = draw(st.sampled_from(["channels_last", "channels_last", "contiguous"]))
+    r = _op(b, "binary", [_data(b, (n, c, hw, hw), layout),
+                          _data(b, (n, c, hw, hw), layout)], op="add")  # fmt: skip
+    h = r
+    if draw(st.booleans()):  # another term on the sum, as attention's output
+        h = _op(b, "binary", [r, _data(b, (n, c, hw, hw), layout)], op="add")
+    g = _group_norm(draw, b, h)
+    skip = _data(b, (n, draw(st.sampled_from([c, c // 2])), hw, hw), layout)
+    t = _op(b, "cat", [r, skip] if draw(st.booleans()) else [skip, r], dim=1)
+    _op(b, "cat", [g, _group_norm(draw, b, t)], dim=1)
+
+
+def _group_norm(draw, b: _Builder, x: _Value) -> _Value:
+    """GroupNorm over x's channels, SiLU after it one time in two."""
+    channels = x.shape[1]
+    groups = draw(st.sampled_from([g for g in (2, 4, 8, 1) if channels % g == 0]))
+    y = _op(b, "norm", [x, *b._affine((channels,), x.dtype)], norm="group_norm",
+            groups=groups)  # fmt: skip
+    return _op(b, "unary", [y], op="silu") if draw(st.booleans()) else y
+
+
 FAMILIES = {
     "rows": _rows_family,
     "block": _block_family,
     "layout": _layout_family,
     "tiled_outer": _tiled_outer_family,
+    "skip": _skip_family,
 }
 
 
