@@ -57,6 +57,9 @@ def cases():
         "softmax_3ch": (lambda x: torch.softmax(x, 1), torch.randn(8, 3, 256, 256)),
         "log_softmax_3ch": (lambda x: torch.log_softmax(x, 1),
                             torch.randn(8, 3, 256, 256)),
+        "log_softmax_3ch_one_image": (lambda x: torch.log_softmax(x, 1),
+                                      torch.randn(1, 3, 256, 256)),
+        "add_one_attention_scores": (lambda x: x + 1, torch.randn(4, 12, 128, 128)),
         "group_norm_unet": (lambda x: F.group_norm(x, 32, w320, b320), nchw),
         "group_norm_unet_channels_last": (
             lambda x: F.group_norm(x, 32, w320, b320),
