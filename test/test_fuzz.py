@@ -389,6 +389,7 @@ def test_the_parallel_sums_seed_kills_the_unrolled_collapsed_loop(tmp_path):
         ("0015-members-merged-apart", "v3 = v2.flatten() + 1"),
         ("0003-inexact-split", "v3 = v1.reshape(6, 4) * x1"),
         ("0003-members-not-aligned", "v3 = v2[:, 1:] * 2"),
+        ("0020-first-member-merged", "F.conv2d(v3, w7)"),
         # the transpose's 2-D tile needs vector kernels
         pytest.param(
             "0018-one-level-unchecked",
@@ -404,8 +405,9 @@ def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
     softmax over transposed rows), 0015's merge of a fused node whose
     members merge apart, 0003's split (a consumer whose first loop the
     producer's outer extent does not divide, and one whose members loop
-    apart) and 0018's shallower depth (a transpose tiled over a fused
-    level) pass with the installed overlay and fail against the mutant that
+    apart), 0018's shallower depth (a transpose tiled over a fused
+    level) and 0020's split (a UNet block whose fused producer stores into a
+    channels-last concat slice) pass with the installed overlay and fail against the mutant that
     breaks the feature, checked directly."""
     seed = next(i for i, case in enumerate(CORPUS) if marker in case.source)
     mutant = next(m for m in mutants.MUTANTS if m.ident == ident)

@@ -88,6 +88,35 @@ def test_a_fused_producer_is_split_when_its_members_merge():
     assert (off.total_nests, patched.total_nests) == (3, 2)
 
 
+def skip_block(a, b, c, d, e, w, bias, conv):
+    # a UNet block on channels-last maps: the residual sum r, recomputed
+    # where it is read, feeds the block's GroupNorm (through h) and the skip
+    # concat; the convolution makes the concat's other half come last
+    r = a + b + c
+    h = r + d + e
+    g = F.silu(F.group_norm(h, 8, w, bias, eps=1e-5))
+    return torch.cat([h + F.conv2d(g, conv), r], dim=1)
+
+
+def test_a_fused_producer_whose_members_merge_apart_is_not_split():
+    # h's store and r's store into the concat (every other 64 channels of
+    # 128) fuse; h's loops merge to one, the concat slice's keep two.  A
+    # split of both over the statistics' (N, groups) failed to index the
+    # slice (the SD UNet did not compile): the producer stays apart.
+    channels_last = [
+        torch.randn(2, 64, 4, 4).contiguous(memory_format=torch.channels_last)
+        for _ in range(5)
+    ]
+    conv = torch.randn(64, 64, 1, 1).contiguous(memory_format=torch.channels_last)
+    args = (*channels_last, torch.randn(64), torch.randn(64), conv)
+    with torch.no_grad():
+        stock = compile_shipped_and_inspect(
+            skip_block, args, overlay=False, extra_config=THREADS
+        )
+        patched = compile_shipped_and_inspect(skip_block, args, extra_config=THREADS)
+    assert patched.total_nests <= stock.total_nests
+
+
 def erf_group_norm_relu(x, w, b):
     return F.relu(F.group_norm(torch.erf(x), 3, w, b, eps=1e-5))
 

@@ -219,6 +219,25 @@ CORPUS = (
         ["unary", "norm"],
         weights=[(8,), (8,)],
     ),
+    # 0020 on a UNet block (channels-last maps): the residual sum's store and
+    # its store into the skip concat (a slice of 64 of 128 channels) fuse,
+    # and only the first merges to one loop; the split into GroupNorm(8)'s
+    # groups must leave such a producer apart (0020-first-member-merged)
+    FuzzCase(
+        f"{SOURCE_HEADER}\n\ndef program(x0, x1, x2, x3, x4, w5, w6, w7):\n"
+        "    v1 = x0 + x1 + x2\n"
+        "    v2 = v1 + x3 + x4\n"
+        "    v3 = F.silu(F.group_norm(v2, 8, w5, w6, eps=1e-5))\n"
+        "    v4 = torch.cat([v2 + F.conv2d(v3, w7), v1], dim=1)\n"
+        "    return (v4,)\n",
+        tuple(InputSpec((2, 64, 4, 4), layout="channels_last") for _ in range(5))
+        + (
+            InputSpec((64,), role="weight"),
+            InputSpec((64,), role="weight"),
+            InputSpec((64, 64, 1, 1), layout="channels_last", role="weight"),
+        ),
+        kinds=("binary", "norm", "unary", "cat"),
+    ),
     # 0005's merge after fusion over symbolic sizes: softmax over the rows
     # of x0 (s0, s1, s2) read as (s1, s0, s2), fused over the rows (s1, s0),
     # which cannot merge; the fused levels are the prefix whose product is

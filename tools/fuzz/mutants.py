@@ -861,6 +861,14 @@ MUTANTS = (
     ),
     Mutant(
         "0020",
+        "first-member-merged",
+        PREPEND,
+        "merged = _iter_sizes(node1) if _leaves(node1) is not None else None\n",
+        "merged = _iter_sizes(node1)\n",
+        "check",
+    ),
+    Mutant(
+        "0020",
         "refused-split-kept",
         PREPEND,
         "        )\n        return score\n    saved.restore()\n    return 0\n",
