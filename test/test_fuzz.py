@@ -407,8 +407,8 @@ def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
     producer's outer extent does not divide, and one whose members loop
     apart), 0018's shallower depth (a transpose tiled over a fused
     level) and 0020's split (a UNet block whose fused producer stores into a
-    channels-last concat slice) pass with the installed overlay and fail against the mutant that
-    breaks the feature, checked directly."""
+    channels-last concat slice) pass with the installed overlay and fail
+    against the mutant that breaks the feature, checked directly."""
     seed = next(i for i, case in enumerate(CORPUS) if marker in case.source)
     mutant = next(m for m in mutants.MUTANTS if m.ident == ident)
     quiet = dict(log=lambda line: None)
