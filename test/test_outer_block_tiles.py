@@ -57,9 +57,11 @@ def _loop(extent: int) -> str:
     return f"<static_cast<int64_t>({extent}L);"
 
 
-def _check_tiled(code: str, batch: int, channels: int, pixels: int, tile: int):
-    """One nest: batch, tile index, then the two kernels' (channel, pixel) loops."""
-    check = FileCheck().check(_loop(batch)).check(_loop(pixels // tile))
+def _check_tiled(code: str, batch: int | None, channels: int, pixels: int, tile: int):
+    """One nest: batch (if any), tile index, then the two kernels' (channel,
+    pixel) loops."""
+    check = FileCheck().check(_loop(batch)) if batch else FileCheck()
+    check = check.check(_loop(pixels // tile))
     for _ in range(2):
         check = check.check(_loop(channels)).check(_loop(tile))
     check.run(code)
@@ -70,13 +72,23 @@ def test_image_exceeds_the_block_budget():
     assert 3 * 256 * 256 * 4 > BLOCK_BYTES_IN_CACHE
 
 
+def _stock_and_patched(fn, x):
+    stock = compile_shipped_and_inspect(fn, (x,), overlay=False, extra_config=THREADS)
+    return stock, compile_shipped_and_inspect(fn, (x,), extra_config=THREADS)
+
+
+def _check_log_softmax_tiled(code: str, batch: int | None, pixels: int, tile: int):
+    """One nest: batch (if any), tile index, then the statistic over the
+    tile and the output over (channel, tile)."""
+    check = FileCheck().check(_loop(batch)) if batch else FileCheck()
+    check.check(_loop(pixels // tile)).check(_loop(tile)).check(_loop(3)).check(
+        _loop(tile)
+    ).run(code)
+
+
 def test_softmax_over_channels_is_one_nest_over_pixel_tiles():
-    x = torch.randn(4, 3, 256, 256)
-    stock = compile_shipped_and_inspect(
-        softmax_over_channels, (x,), overlay=False, extra_config=THREADS
-    )
-    patched = compile_shipped_and_inspect(
-        softmax_over_channels, (x,), extra_config=THREADS
+    stock, patched = _stock_and_patched(
+        softmax_over_channels, torch.randn(4, 3, 256, 256)
     )
     assert (stock.nests, patched.nests) == ([2], [1])
     # the consumer reads the three exponentials at each pixel: 12 bytes
@@ -84,51 +96,32 @@ def test_softmax_over_channels_is_one_nest_over_pixel_tiles():
 
 
 def test_log_softmax_over_channels_is_one_nest_over_pixel_tiles():
-    x = torch.randn(4, 3, 256, 256)
-    patched = compile_shipped_and_inspect(
-        log_softmax_over_channels, (x,), extra_config=THREADS
+    _, patched = _stock_and_patched(
+        log_softmax_over_channels, torch.randn(4, 3, 256, 256)
     )
     assert patched.nests == [1]
     # the consumer reads the three inputs and the statistic: 16 bytes a pixel
-    tile = _tile(256 * 256, 16)
     (kernel,) = patched.kernels
-    FileCheck().check(_loop(4)).check(_loop(256 * 256 // tile)).check(
-        _loop(tile)
-    ).check(_loop(3)).check(_loop(tile)).run(kernel)
+    _check_log_softmax_tiled(kernel, 4, 256 * 256, _tile(256 * 256, 16))
 
 
 def test_log_softmax_of_one_image_fuses_over_pixel_tiles_alone():
     # No batch loop: the statistic loops over (P), the output over (C, P),
     # and the pixel tiles are the only loop the two kernels share.
-    x = torch.randn(1, 3, 256, 256)
-    stock = compile_shipped_and_inspect(
-        log_softmax_over_channels, (x,), overlay=False, extra_config=THREADS
-    )
-    patched = compile_shipped_and_inspect(
-        log_softmax_over_channels, (x,), extra_config=THREADS
+    stock, patched = _stock_and_patched(
+        log_softmax_over_channels, torch.randn(1, 3, 256, 256)
     )
     assert (stock.nests, patched.nests) == ([2], [1])
-    tile = _tile(256 * 256, 16)
     (kernel,) = patched.kernels
-    FileCheck().check(_loop(256 * 256 // tile)).check(_loop(tile)).check(
-        _loop(3)
-    ).check(_loop(tile)).run(kernel)
+    _check_log_softmax_tiled(kernel, None, 256 * 256, _tile(256 * 256, 16))
 
 
 def test_softmax_of_one_image_fuses_over_pixel_tiles_alone():
-    x = torch.randn(1, 3, 256, 256)
-    stock = compile_shipped_and_inspect(
-        softmax_over_channels, (x,), overlay=False, extra_config=THREADS
-    )
-    patched = compile_shipped_and_inspect(
-        softmax_over_channels, (x,), extra_config=THREADS
+    stock, patched = _stock_and_patched(
+        softmax_over_channels, torch.randn(1, 3, 256, 256)
     )
     assert (stock.nests, patched.nests) == ([2], [1])
-    tile = _tile(256 * 256, 12)
-    check = FileCheck().check(_loop(256 * 256 // tile))
-    for _ in range(2):
-        check = check.check(_loop(3)).check(_loop(tile))
-    check.run(patched.kernels[0])
+    _check_tiled(patched.kernels[0], None, 3, 256 * 256, _tile(256 * 256, 12))
 
 
 def test_flag_off_keeps_stocks_nests():
