@@ -72,7 +72,7 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
     """Bytes shared by an outer-block fusion of the pair over tiles of the
     innermost loop, with the tiling applied; 0 (and nothing changed) if none."""
     depth = block_fusion_refused_for_size(scheduler, node1, node2)
-    if depth is None and _one_image_pair(scheduler, node1, node2):
+    if depth is None and _reads_by_block_alone(scheduler, node1, node2):
         depth = 0  # the pixel tiles become the only shared outer loop
     if depth is None:
         return 0
@@ -101,13 +101,13 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
     return 0
 
 
-def _one_image_pair(scheduler, node1, node2) -> bool:
-    """Whether node2 reads node1's outputs away from the elements written, a
-    pair no block fusion over their own outer loops can join: one image,
-    whose statistics loop over (P) and whose output over (C, P) (no shared
-    loop), or whose two pointwise kernels loop over (C, P) (the quotient at
-    (c, p) reads every channel at p).  Tiling the pixel loop gives such a
-    pair its shared outer loop, (P/T)."""
+def _reads_by_block_alone(scheduler, node1, node2) -> bool:
+    """Whether node2 reads node1's outputs away from the elements written,
+    asked where no block fusion over the pair's own loops holds.  Such a
+    pair is one image's: its statistics loop over (P) and its output over
+    (C, P) (no shared loop), or its two pointwise kernels over (C, P) (the
+    quotient at (c, p) reads every channel at p).  Tiling the pixel loop
+    gives it a shared outer loop, (P/T)."""
     if not config.cpp.outer_block_fusion:
         return False
     if not (node1.get_operation_names() & node2.ancestors):
