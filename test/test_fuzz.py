@@ -103,6 +103,20 @@ def test_classification(monkeypatch, off_delta, on_delta, status):
     assert result.status == status, result
 
 
+def test_another_dtype_is_ours_however_accurate(monkeypatch):
+    """Flags on returning float32 where flags off returns bfloat16 is closer to
+    the float64 reference, and still wrong."""
+
+    def fake_compile_and_run(fn, args, *, overlay, dynamic, extra_config):
+        outputs = fn(*(a.float() for a in args)) if overlay else fn(*args)
+        return outputs, _FakeCompiled()
+
+    monkeypatch.setattr(check.compile_utils, "compile_and_run", fake_compile_and_run)
+    result = check_case(FuzzCase(RELU_SOURCE, (InputSpec((4, 5), "bfloat16"),)))
+    assert result.status == "ours", result
+    assert "float32[4, 5], expected bfloat16[4, 5]" in result.message
+
+
 class _FakeCompiled:
     nests, total_nests, outer_fused, retiled, reordered, kernels = [1], 1, 0, 0, 0, []
     code = ""
@@ -202,7 +216,7 @@ def test_reach_counts_the_decisions_of_the_flags_on_run():
 def test_reach_wraps_every_feature_decision():
     assert reach.install() == []
     # 0016 changes kernel counters only: no decision about the code
-    assert reach.FEATURES == tuple(f"{n:04d}" for n in (*range(2, 16), 17, 18, 19, 20))
+    assert reach.FEATURES == tuple(f"{n:04d}" for n in (*range(2, 16), *range(17, 22)))
 
 
 def test_summary_reports_reach_per_feature():
@@ -390,6 +404,9 @@ def test_the_parallel_sums_seed_kills_the_unrolled_collapsed_loop(tmp_path):
         ("0003-inexact-split", "v3 = v1.reshape(6, 4) * x1"),
         ("0003-members-not-aligned", "v3 = v2[:, 1:] * 2"),
         ("0020-first-member-merged", "F.conv2d(v3, w7)"),
+        ("0021-max-not-subtracted", "torch.softmax(x0 * 48.0, dim=1)"),
+        ("0021-sum-over-last-dim", "torch.softmax(x0 * 48.0, dim=1)"),
+        ("0021-dtype-not-restored", "torch.softmax(x0 * 48.0, dim=1)"),
         # the transpose's 2-D tile needs vector kernels
         pytest.param(
             "0018-one-level-unchecked",
@@ -406,9 +423,11 @@ def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
     members merge apart, 0003's split (a consumer whose first loop the
     producer's outer extent does not divide, and one whose members loop
     apart), 0018's shallower depth (a transpose tiled over a fused
-    level) and 0020's split (a UNet block whose fused producer stores into a
-    channels-last concat slice) pass with the installed overlay and fail
-    against the mutant that breaks the feature, checked directly."""
+    level), 0020's split (a UNet block whose fused producer stores into a
+    channels-last concat slice) and 0021's softmax (bfloat16 logits large
+    enough to overflow without the max, rows followed by a dim of size 1)
+    pass with the installed overlay and fail against the mutant that breaks
+    the feature, checked directly."""
     seed = next(i for i, case in enumerate(CORPUS) if marker in case.source)
     mutant = next(m for m in mutants.MUTANTS if m.ident == ident)
     quiet = dict(log=lambda line: None)

@@ -38,6 +38,7 @@ FLAGS = (
     _flag("outer_loop_shallower_fusion", True),
     _flag("outer_block_tiles", True),
     _flag("outer_block_prepend", True),
+    _flag("softmax_reciprocal", True),
 )
 
 NAMES = tuple(flag.name for flag in FLAGS)

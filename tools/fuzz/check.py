@@ -8,7 +8,8 @@ and classifies the outcome:
 ``ours``    the overlay's fault: flags on crashes where flags off does not,
             or flags on differs from flags off beyond the tight tolerance and
             is less accurate than flags off against a float64 reference run
-            (see ``_classify``), while flags off agrees with eager;
+            (see ``_classify``), or returns another shape or dtype, while
+            flags off agrees with eager;
 ``stock``   stock is wrong too (flags off crashes or disagrees with eager and
             with the float64 reference): an upstream bug, reported apart;
 ``noise``   flags on differs from flags off (or misses the eager tolerance)
@@ -287,7 +288,7 @@ def _classify(case, expected, ref, off, on, stats) -> CheckResult:
             "stock", "flags off disagrees with eager", off_ok.detail + note, stats
         )
     if not on_vs_off.ok:
-        if e_on > 2 * e_off + tight_tol:
+        if _metadata_differs(on, off) or e_on > 2 * e_off + tight_tol:
             eager_note = (
                 f"flags on vs eager: {on_ok.detail}"
                 if not on_ok.ok
@@ -311,6 +312,14 @@ def _classify(case, expected, ref, off, on, stats) -> CheckResult:
             "noise", "flags on misses the eager tolerance", on_ok.detail, stats
         )
     return CheckResult("ok", stats=stats)
+
+
+def _metadata_differs(on, off) -> bool:
+    """An output of another count, shape or dtype: never a summation order's
+    noise, however accurate its values."""
+    return len(on) != len(off) or any(
+        a.shape != b.shape or a.dtype != b.dtype for a, b in zip(on, off)
+    )
 
 
 def _stats(off, on) -> dict:

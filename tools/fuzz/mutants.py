@@ -84,6 +84,7 @@ PREFETCH = _C + "cpp_outer_loop_prefetch.py"
 SHALLOW = _C + "cpp_outer_loop_shallower.py"
 TILES = _I + "cpp_outer_block_tiles.py"
 PREPEND = _I + "cpp_outer_block_prepend.py"
+SOFTMAX = _I + "cpp_softmax_reciprocal.py"
 
 MUTANTS = (
     # 0002 re-tile
@@ -876,6 +877,32 @@ MUTANTS = (
         "rollback",
         cost_only="a refused split leaves the producer's loop re-expressed over "
         "the same elements; later fusion decisions check the split loops",
+    ),
+    # 0021 softmax by reciprocal: the decomposition must keep the core one's
+    # max subtraction (the reciprocal's range rests on it), dim and dtypes
+    Mutant(
+        "0021",
+        "max-not-subtracted",
+        SOFTMAX,
+        "torch.exp(x - core._softmax_unbacked_safe_amax(x, dim))",
+        "torch.exp(x)",
+        "check",
+    ),
+    Mutant(
+        "0021",
+        "sum-over-last-dim",
+        SOFTMAX,
+        "unnormalized.sum(dim, keepdim=True)",
+        "unnormalized.sum(-1, keepdim=True)",
+        "other",
+    ),
+    Mutant(
+        "0021",
+        "dtype-not-restored",
+        SOFTMAX,
+        "return result if half_to_float else result.to(result_dtype)",
+        "return result",
+        "other",
     ),
 )
 

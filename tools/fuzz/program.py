@@ -210,6 +210,12 @@ def _slice(p) -> str:
     return "[" + ":, " * p["dim"] + part + "]"
 
 
+def _logit_scale(p: dict) -> str:
+    """Softmax over sharpened logits: its exps overflow unless the max is
+    subtracted first (0021 relies on the subtraction)."""
+    return f" * {p['scale']}" if p.get("scale") else ""
+
+
 UNARY = {
     "relu": "torch.relu({a})",
     "gelu": "F.gelu({a})",
@@ -289,7 +295,9 @@ RENDERERS = {
     "binary": lambda args, p: BINARY[p["op"]].format(a=args[0], b=args[1]),
     "reduce": _render_reduce,
     "norm": _render_norm,
-    "softmax": lambda args, p: f"torch.{p['op']}({args[0]}, dim={p['dim']})",
+    "softmax": lambda args, p: (
+        f"torch.{p['op']}({args[0]}{_logit_scale(p)}, dim={p['dim']})"
+    ),
     "reshape": lambda args, p: f"{args[0]}.{p['method']}{_dims(p['shape'])}",
     "permute": lambda args, p: (
         f"{args[0]}.permute{_dims(p['perm'])}"

@@ -172,6 +172,13 @@ REACH = (
         "prepend_fusion_score",
         lambda a, r: r > 0,
     ),
+    Decision(
+        "0021",
+        "softmax reciprocal",
+        "cpp_softmax_reciprocal",
+        "multiplies_by_reciprocal",
+        lambda a, r: bool(r),
+    ),
 )
 
 FEATURES = tuple(dict.fromkeys(d.feature for d in REACH))
