@@ -150,6 +150,11 @@ TEST_EXPORTS = (
         ("cpp_outer_block_prepend",),
     ),
     TestExport(
+        "test/test_softmax_reciprocal.py",
+        "test/inductor/test_cpu_softmax_reciprocal.py",
+        ("cpp_softmax_reciprocal",),
+    ),
+    TestExport(
         "test/test_streaming_stores.py",
         "test/inductor/test_cpu_streaming_stores.py",
         ("cpp_streaming_stores",),
