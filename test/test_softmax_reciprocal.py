@@ -114,6 +114,19 @@ def test_reciprocal_only_for_cpu_tensors_under_the_cpp_backend():
         assert not reciprocal.multiplies_by_reciprocal(x, -1)
 
 
+def test_without_hoisted_loads_softmax_keeps_its_division():
+    """The reciprocal pays only once per row: with the sum reloaded in every
+    iteration it would be a division and a multiply per vector."""
+    fn, args = _softmax(-1), (torch.randn(64, 384),)
+    hoist_off = {"cpp.hoist_invariant_loads": False}
+    patched = compile_shipped_and_inspect(fn, args, extra_config=hoist_off)
+    both_off = compile_shipped_and_inspect(
+        fn, args, extra_config={**hoist_off, **RECIPROCAL_OFF}
+    )
+    assert patched.kernels == both_off.kernels
+    assert ONE not in _dividends(patched.code)
+
+
 def test_rows_are_the_last_dim_or_one_followed_by_ones():
     x = torch.randn(2, 3, 1, 1)
     assert reciprocal.multiplies_by_reciprocal(x, 1)

@@ -12,9 +12,10 @@ Over the last dim (rows contiguous in memory once the decomposition makes
 ``x`` contiguous) the decomposition here computes
 ``exp(x - max) * reciprocal(sum)``.  The
 reciprocal is a pointwise op on the row's sum, inlined into the output
-loop as a scalar computed from a value the loop reads at one index (with
-``cpp.hoist_invariant_loads`` a local copy), so the compiler computes it
-once per row.
+loop as a scalar computed from a value the loop reads at one index;
+``cpp.hoist_invariant_loads`` makes that value a local copy, so the
+compiler computes the reciprocal once per row (without it, nothing here
+changes).
 
 Why the rewrite is safe here and not for any division by a loop invariant:
 after the max is subtracted, the row's largest term is ``exp(0) = 1``, so a
@@ -46,9 +47,16 @@ from . import config
 
 def multiplies_by_reciprocal(x: torch.Tensor, dim: int) -> bool:
     """Whether this softmax is compiled by the C++ backend with the flag on,
-    over rows that are contiguous once the decomposition makes x so."""
+    over rows that are contiguous once the decomposition makes x so.
+
+    Only with ``cpp.hoist_invariant_loads``: without it the output loop
+    reloads the sum in every iteration (its stores may alias it), and the
+    compiler computes the reciprocal there too, a scalar division and a
+    multiply per vector where stock has one vector division.
+    """
     return bool(
         config.cpp.softmax_reciprocal
+        and config.cpp.hoist_invariant_loads
         and x.device.type == "cpu"
         and config.cpu_backend == "cpp"
         and _over_contiguous_rows(x, dim)
