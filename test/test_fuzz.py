@@ -404,9 +404,8 @@ def test_the_parallel_sums_seed_kills_the_unrolled_collapsed_loop(tmp_path):
         ("0003-inexact-split", "v3 = v1.reshape(6, 4) * x1"),
         ("0003-members-not-aligned", "v3 = v2[:, 1:] * 2"),
         ("0020-first-member-merged", "F.conv2d(v3, w7)"),
+        # the same seed kills 0021's other two mutants (make fuzz-mutants)
         ("0021-max-not-subtracted", "torch.softmax(x0 * 48.0, dim=1)"),
-        ("0021-sum-over-last-dim", "torch.softmax(x0 * 48.0, dim=1)"),
-        ("0021-dtype-not-restored", "torch.softmax(x0 * 48.0, dim=1)"),
         # the transpose's 2-D tile needs vector kernels
         pytest.param(
             "0018-one-level-unchecked",
