@@ -155,6 +155,11 @@ TEST_EXPORTS = (
         ("cpp_softmax_reciprocal",),
     ),
     TestExport(
+        "test/test_group_norm_channel_sums.py",
+        "test/inductor/test_cpu_group_norm_channel_sums.py",
+        ("cpp_group_norm_channel_sums",),
+    ),
+    TestExport(
         "test/test_streaming_stores.py",
         "test/inductor/test_cpu_streaming_stores.py",
         ("cpp_streaming_stores",),

@@ -266,3 +266,13 @@ def expensive_to_recompute(used_ops) -> bool:
     consumer loop.
     """
     return not EXPENSIVE_TO_RECOMPUTE.isdisjoint(used_ops)
+
+
+# GroupNorm over channels-last memory (0022): pixels per block of the first
+# level of per-channel sums.  Its kernel walks a block's rows once per
+# channel vector, so a block (16 pixels by the channels of a diffusion
+# UNet's GroupNorms, 320 to 1280) stays in L1 or L2.
+GROUP_NORM_PIXEL_BLOCK = 16
+# A smaller block leaves a buffer of partial sums a quarter of the input
+# or larger: the core decomposition is kept.
+GROUP_NORM_MIN_PIXEL_BLOCK = 4
