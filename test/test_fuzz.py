@@ -216,7 +216,7 @@ def test_reach_counts_the_decisions_of_the_flags_on_run():
 def test_reach_wraps_every_feature_decision():
     assert reach.install() == []
     # 0016 changes kernel counters only: no decision about the code
-    assert reach.FEATURES == tuple(f"{n:04d}" for n in (*range(2, 16), *range(17, 22)))
+    assert reach.FEATURES == tuple(f"{n:04d}" for n in (*range(2, 16), *range(17, 23)))
 
 
 def test_summary_reports_reach_per_feature():
@@ -406,6 +406,8 @@ def test_the_parallel_sums_seed_kills_the_unrolled_collapsed_loop(tmp_path):
         ("0020-first-member-merged", "F.conv2d(v3, w7)"),
         # the same seed kills 0021's other two mutants (make fuzz-mutants)
         ("0021-max-not-subtracted", "torch.softmax(x0 * 48.0, dim=1)"),
+        # and 0022's seed its other two
+        ("0022-spread-of-channel-means-dropped", "x0 + w1 * 4.0"),
         # the transpose's 2-D tile needs vector kernels
         pytest.param(
             "0018-one-level-unchecked",
@@ -423,9 +425,10 @@ def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
     producer's outer extent does not divide, and one whose members loop
     apart), 0018's shallower depth (a transpose tiled over a fused
     level), 0020's split (a UNet block whose fused producer stores into a
-    channels-last concat slice) and 0021's softmax (bfloat16 logits large
+    channels-last concat slice), 0021's softmax (bfloat16 logits large
     enough to overflow without the max, rows followed by a dim of size 1)
-    pass with the installed overlay and fail against the mutant that breaks
+    and 0022's GroupNorm (channels-last bfloat16 maps whose channel means
+    differ) pass with the installed overlay and fail against the mutant that breaks
     the feature, checked directly."""
     seed = next(i for i, case in enumerate(CORPUS) if marker in case.source)
     mutant = next(m for m in mutants.MUTANTS if m.ident == ident)

@@ -61,6 +61,21 @@ CORPUS = (
         ["slice", "reduce"],
         threads=4,
     ),
+    # 0022: GroupNorm over channels-last bfloat16 maps of 36 pixels (two
+    # levels of channel sums, blocks of 12) whose channels sit at different
+    # means (the group's variance is mostly the spread of the channel means)
+    FuzzCase(
+        f"{SOURCE_HEADER}\n\ndef program(x0, w1, w2, w3):\n"
+        "    v1 = F.group_norm(x0 + w1 * 4.0, 3, w2, w3, eps=1e-5)\n"
+        "    return (v1,)\n",
+        (
+            InputSpec((2, 24, 6, 6), "bfloat16", layout="channels_last"),
+            InputSpec((24, 1, 1), "bfloat16", role="weight"),
+            InputSpec((24,), "bfloat16", role="weight"),
+            InputSpec((24,), "bfloat16", role="weight"),
+        ),
+        kinds=("binary", "norm"),
+    ),
     # 0009 0011: softmax over channels spelled out; its exp stays per block
     _case(
         "    v1 = torch.amax(x0, dim=(1,), keepdim=True)\n"

@@ -85,6 +85,7 @@ SHALLOW = _C + "cpp_outer_loop_shallower.py"
 TILES = _I + "cpp_outer_block_tiles.py"
 PREPEND = _I + "cpp_outer_block_prepend.py"
 SOFTMAX = _I + "cpp_softmax_reciprocal.py"
+GROUP_NORM = _I + "cpp_group_norm_channel_sums.py"
 
 MUTANTS = (
     # 0002 re-tile
@@ -902,6 +903,33 @@ MUTANTS = (
         SOFTMAX,
         "return result if half_to_float else result.to(result_dtype)",
         "return result",
+        "other",
+    ),
+    # 0022 group norm by channel sums: the group's variance must add the
+    # spread of its channels' means, the squared deviations must be from each
+    # channel's mean, and the result must keep the input's dtype
+    Mutant(
+        "0022",
+        "spread-of-channel-means-dropped",
+        GROUP_NORM,
+        "(within + between) / (pixels * (c // groups))",
+        "within / (pixels * (c // groups))",
+        "other",
+    ),
+    Mutant(
+        "0022",
+        "deviations-not-from-channel-mean",
+        GROUP_NORM,
+        "deviation = blocks - mean[:, None, None, :]",
+        "deviation = blocks",
+        "other",
+    ),
+    Mutant(
+        "0022",
+        "dtype-not-restored",
+        GROUP_NORM,
+        "return out.to(input.dtype), mean.to(input.dtype), rstd.to(input.dtype)",
+        "return out, mean.to(input.dtype), rstd.to(input.dtype)",
         "other",
     ),
 )

@@ -179,6 +179,13 @@ REACH = (
         "multiplies_by_reciprocal",
         lambda a, r: bool(r),
     ),
+    Decision(
+        "0022",
+        "group norm channel sums",
+        "cpp_group_norm_channel_sums",
+        "sums_per_channel",
+        lambda a, r: bool(r),
+    ),
 )
 
 FEATURES = tuple(dict.fromkeys(d.feature for d in REACH))
