@@ -40,6 +40,7 @@ FLAGS = (
     _flag("outer_block_prepend", True),
     _flag("softmax_reciprocal", True),
     _flag("group_norm_channel_sums", True),
+    _flag("outer_reduction_blocks", True),
 )
 
 NAMES = tuple(flag.name for flag in FLAGS)

@@ -160,6 +160,11 @@ TEST_EXPORTS = (
         ("cpp_group_norm_channel_sums",),
     ),
     TestExport(
+        "test/test_outer_reduction_blocks.py",
+        "test/inductor/test_cpu_outer_reduction_blocks.py",
+        ("cpp_outer_reduction_blocks",),
+    ),
+    TestExport(
         "test/test_streaming_stores.py",
         "test/inductor/test_cpu_streaming_stores.py",
         ("cpp_streaming_stores",),

@@ -276,3 +276,16 @@ GROUP_NORM_PIXEL_BLOCK = 16
 # A smaller block leaves a buffer of partial sums a quarter of the input
 # or larger: the core decomposition is kept.
 GROUP_NORM_MIN_PIXEL_BLOCK = 4
+
+
+# Reductions over an outer or middle dim (0023): rows per block of the first
+# level.  A block of 16 rows of a few thousand bytes stays in L1 while the
+# kernel walks every vector of the row down it, and the partial results
+# are 1/16 of the input.
+OUTER_REDUCTION_BLOCK_ROWS = 16
+# The output's contiguous dim must hold at least a vector of float32 on
+# AVX512 for the backend to walk it with full vectors.
+OUTER_REDUCTION_MIN_ROW = 16
+# Smaller inputs stay in L1 during the column walk: the split would only
+# add a level.
+OUTER_REDUCTION_MIN_BYTES = 64 * 1024

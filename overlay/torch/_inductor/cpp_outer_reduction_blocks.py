@@ -1,0 +1,130 @@
+"""Reductions over an outer or middle dim on CPU, in blocks of rows.
+
+``x.sum(1)`` over ``(N, R, C)`` contiguous memory, a softmax over dim 1,
+or a global average pool over channels-last maps reduce along a dim whose
+stride is a whole row, while the output's innermost dim is contiguous.  The
+C++ backend vectorizes the output dim and runs the reduction innermost: a
+column walk, one vector of ``C`` down all ``R`` rows, then the next vector
+down all rows again.  Each step of the walk lands a row stride (kilobytes)
+further, in a new page every row or two, which the hardware prefetcher does
+not follow; ATen instead adds whole rows into a row of accumulators.  The
+compiled reductions ran at 1.3 to 2 times eager's time.
+
+Inductor already knows how to break a reduction into two levels
+(``Reduction.create_multilayer``, used on GPUs): the first reduces blocks of
+consecutive reduction indices into a buffer of partial results, the second
+reduces the partials.  On CPU its split count is always 1.  Here, for an
+outer reduction, the split makes blocks of ``OUTER_REDUCTION_BLOCK_ROWS``
+rows: the first level's kernel walks one block's rows (a few tens of
+kilobytes, in L1) for every vector of the row, then the next block, so the
+input streams through once in address order; the partials are 1/16 of the
+input and read back from cache.  Both levels usually fuse into one kernel
+over the outer dims.
+
+An outer reduction here: every read of the reduced input that varies with
+the reduction walks it with a stride other than 1, and is contiguous along
+one of the output's dims of at least ``OUTER_REDUCTION_MIN_ROW`` elements
+(what the backend vectorizes).  Only associative reductions that combine
+partials of their own kind (sum, prod, max, min, any); Welford and arg
+reductions keep stock's form.  The sum's order of additions changes (16
+rows, then the blocks), as it does between ATen's kernels.
+
+Behind ``config.cpp.outer_reduction_blocks``; the hook in ``ir.py``'s
+``Reduction.create`` asks ``split_for_outer_reduction`` after stock's
+``num_splits`` chose no split; it returns 1 (stock) when the flag (or
+``config.split_reductions``) is off, the device is not the CPU, the CPU
+backend is not the C++ one, a size is symbolic, the reduction is not an
+outer one, or the input is too small for the column walk to leave the
+cache (``OUTER_REDUCTION_MIN_BYTES``).
+"""
+
+from __future__ import annotations
+
+import unittest.mock
+
+import sympy
+
+from . import config
+from .cpp_fusion_costs import (
+    OUTER_REDUCTION_BLOCK_ROWS,
+    OUTER_REDUCTION_MIN_BYTES,
+    OUTER_REDUCTION_MIN_ROW,
+)
+from .virtualized import V
+
+# Reductions whose partial results combine by the same reduction.
+SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any"})
+
+
+def split_for_outer_reduction(
+    device, src_dtype, inner_fn, ranges, reduction_ranges, reduction_type
+) -> int:
+    """The number of blocks to reduce an outer reduction in, or 1 (no split)."""
+    if not (
+        config.cpp.outer_reduction_blocks
+        and config.split_reductions
+        and device.type == "cpu"
+        and config.cpu_backend == "cpp"
+        and reduction_type in SPLITTABLE
+    ):
+        return 1
+    sizes = [*ranges, *reduction_ranges]
+    if not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
+        return 1
+    rows = int(sympy.prod(reduction_ranges))
+    input_bytes = int(sympy.prod(sizes)) * src_dtype.itemsize
+    if rows < 2 * OUTER_REDUCTION_BLOCK_ROWS or input_bytes < OUTER_REDUCTION_MIN_BYTES:
+        return 1
+    if not is_outer_reduction(inner_fn, ranges, reduction_ranges):
+        return 1
+    return -(-rows // block_rows(rows))
+
+
+def block_rows(rows: int) -> int:
+    """Rows per block: the divisor of ``rows`` nearest to
+    ``OUTER_REDUCTION_BLOCK_ROWS`` within a factor of two, so that no block
+    is masked; otherwise ``OUTER_REDUCTION_BLOCK_ROWS`` and a masked last
+    block."""
+    want = OUTER_REDUCTION_BLOCK_ROWS
+    divisors = [b for b in range(want // 2, 2 * want + 1) if rows % b == 0]
+    if not divisors:
+        return want
+    return min(divisors, key=lambda b: (abs(b - want), b))
+
+
+def is_outer_reduction(inner_fn, ranges, reduction_ranges) -> bool:
+    """Every read that varies with the reduction strides over it, and is
+    contiguous along an output dim long enough to vectorize."""
+    from .dependencies import extract_read_writes
+    from .ir import FlexibleLayout
+
+    # index realized producers by their layout as it stands, as
+    # ComputedBuffer.get_read_writes does
+    with unittest.mock.patch.object(FlexibleLayout, "allow_indexing", True):
+        rw = extract_read_writes(inner_fn, ranges, reduction_ranges)
+    variables, var_ranges = rw.range_vars or [], rw.var_ranges or {}
+    out_vars = _symbols(variables[: len(ranges)])
+    red_vars = _symbols(variables[len(ranges) :])
+    extents = {v: int(var_ranges[v]) for v in out_vars}
+    reads = [d for d in rw.reads if hasattr(d, "index")]
+    walked = [d.index for d in reads if set(red_vars) & d.index.free_symbols]
+    return bool(walked) and all(
+        _strides_rows(index, out_vars, red_vars, extents) for index in walked
+    )
+
+
+def _symbols(variables) -> list:
+    # size-1 dims are squeezed to the integer 0
+    return [v for v in variables if isinstance(v, sympy.Symbol)]
+
+
+def _strides_rows(index, out_vars, red_vars, extents) -> bool:
+    sizevars = V.graph.sizevars
+    red_strides = sizevars.stride_hints(index, red_vars)
+    if any(abs(s) == 1 for s in red_strides):
+        return False
+    out_strides = sizevars.stride_hints(index, out_vars)
+    return any(
+        s == 1 and extents[v] >= OUTER_REDUCTION_MIN_ROW
+        for v, s in zip(out_vars, out_strides)
+    )

@@ -1,0 +1,153 @@
+"""Reductions over an outer or middle dim in blocks of rows
+(cpp.outer_reduction_blocks).
+
+The tests read the generated wrapper (the buffer of per-block partial
+results that the first level writes, one per block of rows) and check
+agreement with eager where a split could go wrong: a row count no block
+size divides (a masked last block, whose padding must be the reduction's
+identity), all-negative maxima, bfloat16, channels-last average pooling, a
+softmax over dim 1; and where stock's single level is kept: reductions
+over the contiguous dim, small inputs, an arg reduction, and the flags off.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from compile_utils import SHIPPED_DEFAULTS, compile_shipped_and_inspect, tolerance
+from torch._inductor import config
+from torch._inductor.utils import run_and_get_code
+from torch.testing import FileCheck
+
+import torch._inductor.cpp_outer_reduction_blocks as blocks
+from torch._inductor.cpp_fusion_costs import OUTER_REDUCTION_BLOCK_ROWS
+
+BLOCKS_OFF = {"cpp.outer_reduction_blocks": False}
+
+
+def _wrapper(fn, *args, extra=None) -> str:
+    """The generated module's source, after checking agreement with eager."""
+    with config.patch({**SHIPPED_DEFAULTS, **(extra or {})}):
+        torch._dynamo.reset()
+        got, (code,) = run_and_get_code(torch.compile(fn), *args)
+    want = fn(*args)
+    torch.testing.assert_close(got, want, **tolerance(want.dtype))
+    return code
+
+
+def _partials(shape) -> str:
+    """The wrapper's allocation of the first level's partial results."""
+    return f"empty_strided_cpu({shape}, "
+
+
+def test_sum_over_the_middle_dim_reduces_blocks_of_rows():
+    x = torch.randn(2, 1024, 640)
+    blocks_of_rows = 1024 // OUTER_REDUCTION_BLOCK_ROWS
+    code = _wrapper(lambda x: x.sum(1), x)
+    FileCheck().check(_partials((2, 640, blocks_of_rows))).run(code)
+    stock = _wrapper(lambda x: x.sum(1), x, extra=BLOCKS_OFF)
+    FileCheck().check_not(_partials((2, 640, blocks_of_rows))).run(stock)
+
+
+def test_sum_over_the_outer_dim_reduces_blocks_of_rows():
+    code = _wrapper(lambda x: x.sum(0), torch.randn(1024, 640))
+    FileCheck().check(_partials((640, 1024 // OUTER_REDUCTION_BLOCK_ROWS))).run(code)
+
+
+def test_channels_last_average_pool_reduces_blocks_of_pixels():
+    x = torch.randn(2, 640, 32, 32).to(memory_format=torch.channels_last)
+    code = _wrapper(lambda x: x.mean((2, 3)), x)
+    FileCheck().check(_partials((2, 640, 32 * 32 // OUTER_REDUCTION_BLOCK_ROWS))).run(
+        code
+    )
+
+
+@pytest.mark.parametrize("reduce", [torch.amax, torch.amin, torch.sum, torch.prod])
+def test_a_masked_last_block_pads_with_the_identity(reduce):
+    """197 rows (a prime): blocks of 16 rows and a masked last block, whose
+    padding is the reduction's identity: -inf for a maximum over negative
+    values, +inf for a minimum over positive ones, 1 for a product."""
+    x = torch.rand(8, 197, 64) + 0.5
+    sign = -1.0 if reduce is torch.amax else 1.0
+    if reduce is torch.prod:
+        x = 1.0 + (x - 1.0) * 0.01  # products of 197 factors near 1
+
+    def fn(x):
+        return reduce(x * sign, 1)
+
+    assert blocks.block_rows(197) == OUTER_REDUCTION_BLOCK_ROWS
+    code = _wrapper(fn, x)
+    FileCheck().check(_partials((8, 64, -(-197 // OUTER_REDUCTION_BLOCK_ROWS)))).run(
+        code
+    )
+
+
+def test_block_rows_divide_the_rows_where_they_can():
+    assert blocks.block_rows(1024) == 16
+    assert blocks.block_rows(196) == 14
+    assert blocks.block_rows(3136) == 16
+    assert blocks.block_rows(50) == 10
+    assert blocks.block_rows(49) == 16  # 7 x 7: a masked last block
+    assert blocks.block_rows(197) == 16
+
+
+def test_bfloat16_sums_keep_float_partials():
+    x = torch.randn(4, 256, 256).bfloat16()
+    code = _wrapper(lambda x: x.sum(1), x)
+    FileCheck().check(_partials((4, 256, 16))).check("torch.float32").run(code)
+
+
+def test_softmax_over_dim_1_splits_its_max_and_sum():
+    x = torch.randn(8, 197, 768) * 8.0
+    code = _wrapper(lambda x: torch.softmax(x, 1), x)
+    partials = _partials((8, 1, 768, 13))  # keepdim
+    FileCheck().check(partials).check(partials).run(code)
+
+
+def test_mean_subtracted_from_its_rows():
+    """A broadcasting consumer of the split mean, fused after it."""
+    x = torch.randn(4, 512, 512) + 3.0
+    compile_shipped_and_inspect(lambda x: x - x.mean(1, keepdim=True), (x,))
+
+
+def test_variance_over_the_middle_dim():
+    """var_mean's two-step lowering (0004) is two sums, both split."""
+    x = torch.randn(2, 1024, 640) * 3.0 + 100.0
+    compile_shipped_and_inspect(lambda x: torch.var_mean(x, 1), (x,))
+
+
+@pytest.mark.parametrize(
+    "fn, x",
+    [
+        (lambda x: x.sum(-1), torch.randn(64, 4096)),  # contiguous rows
+        (lambda x: x.sum(1), torch.randn(1, 64, 128)),  # 32 KiB
+        (lambda x: x.argmax(1), torch.randn(2, 1024, 640)),
+        (lambda x: x.sum(1), torch.randn(2, 1024, 8)),  # 8 lanes wide
+    ],
+    ids=["inner", "small", "argmax", "narrow"],
+)
+def test_other_reductions_keep_stock_kernels(fn, x):
+    patched = compile_shipped_and_inspect(fn, (x,))
+    off = compile_shipped_and_inspect(fn, (x,), extra_config=BLOCKS_OFF)
+    assert patched.kernels == off.kernels
+
+
+def test_split_reductions_off_keeps_stock_kernels():
+    fn, x = (lambda x: x.sum(1)), torch.randn(2, 1024, 640)
+    patched = compile_shipped_and_inspect(fn, (x,), extra_config={"split_reductions": False})
+    off = compile_shipped_and_inspect(fn, (x,), extra_config=BLOCKS_OFF)
+    assert patched.kernels == off.kernels
+
+
+def test_no_split_on_other_devices_or_backends():
+    args = (torch.float32, None, [640], [1024], "sum")
+    with config.patch(SHIPPED_DEFAULTS):
+        assert blocks.split_for_outer_reduction(torch.device("meta"), *args) == 1
+        with config.patch(cpu_backend="triton"):
+            assert blocks.split_for_outer_reduction(torch.device("cpu"), *args) == 1
+        assert (
+            blocks.split_for_outer_reduction(
+                torch.device("cpu"), torch.float32, None, [640], [1024], "xor_sum"
+            )
+            == 1
+        )
