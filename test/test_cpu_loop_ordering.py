@@ -40,7 +40,12 @@ LOOP_ORDERING_ONLY = {
     "cpp.outer_loop_regroup": False,
     "cpp.outer_block_fusion": False,
     "cpp.block_local_buffers": False,
+    "cpp.outer_reduction_blocks": False,
 }
+# The overlay as shipped, but reductions over dim 0 in one level: 0023 splits
+# them into blocks of rows (test_outer_reduction_blocks.py), which changes
+# the kernels whatever loop ordering decides.
+SHIPPED_ONE_LEVEL = {**SHIPPED_DEFAULTS, "cpp.outer_reduction_blocks": False}
 
 
 def channels_last_layernorm():
@@ -133,7 +138,9 @@ def test_dynamic_shapes():
 
 
 @pytest.mark.parametrize(
-    "cfg", [LOOP_ORDERING_ONLY, SHIPPED_DEFAULTS], ids=["loop_ordering_only", "shipped"]
+    "cfg",
+    [LOOP_ORDERING_ONLY, SHIPPED_ONE_LEVEL],
+    ids=["loop_ordering_only", "shipped_one_level"],
 )
 def test_reorder_that_strides_the_inner_loop_is_rolled_back(cfg):
     # Fusing softmax over dim 0 would need the output loop to run down the

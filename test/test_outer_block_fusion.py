@@ -13,11 +13,23 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from compile_utils import compile_shipped_and_inspect as compile_and_inspect
-from compile_utils import LOOP_ORDERING_OFF
+from compile_utils import LOOP_ORDERING_OFF, compile_shipped_and_inspect
 from torch.testing import FileCheck
 
 from torch._inductor.cpp_fusion_costs import BLOCK_BYTES_IN_CACHE
+
+
+# 0023 reduces these reductions over 32 rows or more in two levels (blocks
+# of rows, then the blocks); the tests here pin 0009's fusions of the
+# one-level reductions.  Both together: test_outer_reduction_blocks.py.
+ONE_LEVEL = {"cpp.outer_reduction_blocks": False}
+
+
+def compile_and_inspect(fn, args, *, extra_config=None, **kwargs):
+    """The shipped defaults (or all flags off), reductions in one level."""
+    return compile_shipped_and_inspect(
+        fn, args, extra_config={**ONE_LEVEL, **(extra_config or {})}, **kwargs
+    )
 
 
 def setup_module():

@@ -105,9 +105,12 @@ def test_softmax_over_dim_1_splits_its_max_and_sum():
 
 
 def test_mean_subtracted_from_its_rows():
-    """A broadcasting consumer of the split mean, fused after it."""
-    x = torch.randn(4, 512, 512) + 3.0
-    compile_shipped_and_inspect(lambda x: x - x.mean(1, keepdim=True), (x,))
+    """A broadcasting consumer of the split mean: 0009 still fuses it with
+    both levels over the shared outer loop."""
+    x = torch.randn(8, 64, 1000) + 3.0
+    patched = compile_shipped_and_inspect(lambda x: x - x.mean(1, keepdim=True), (x,))
+    assert patched.nests == [1]
+    FileCheck().check(_partials((8, 1, 1000, 4))).run(patched.code)
 
 
 def test_variance_over_the_middle_dim():
@@ -134,7 +137,9 @@ def test_other_reductions_keep_stock_kernels(fn, x):
 
 def test_split_reductions_off_keeps_stock_kernels():
     fn, x = (lambda x: x.sum(1)), torch.randn(2, 1024, 640)
-    patched = compile_shipped_and_inspect(fn, (x,), extra_config={"split_reductions": False})
+    patched = compile_shipped_and_inspect(
+        fn, (x,), extra_config={"split_reductions": False}
+    )
     off = compile_shipped_and_inspect(fn, (x,), extra_config=BLOCKS_OFF)
     assert patched.kernels == off.kernels
 
