@@ -76,6 +76,15 @@ CORPUS = (
         ),
         kinds=("binary", "norm"),
     ),
+    # 0023: maxima over 197 rows (blocks of 16, a masked last block, which
+    # must pad with -inf) of negative values, and a mean over the same rows
+    # broadcast back over them
+    _case(
+        "    v1 = torch.amax(x0 - 4.0, dim=1)\n"
+        "    v2 = x0 - torch.mean(x0, dim=1, keepdim=True)\n    return (v1, v2,)\n",
+        [(4, 197, 32)],
+        ["reduce", "binary"],
+    ),
     # 0009 0011: softmax over channels spelled out; its exp stays per block
     _case(
         "    v1 = torch.amax(x0, dim=(1,), keepdim=True)\n"

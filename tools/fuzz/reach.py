@@ -186,6 +186,13 @@ REACH = (
         "sums_per_channel",
         lambda a, r: bool(r),
     ),
+    Decision(
+        "0023",
+        "outer reduction blocks",
+        "cpp_outer_reduction_blocks",
+        "split_for_outer_reduction",
+        lambda a, r: r > 1,
+    ),
 )
 
 FEATURES = tuple(dict.fromkeys(d.feature for d in REACH))

@@ -725,6 +725,28 @@ def _skip_family(draw, b: _Builder) -> None:
     _op(b, "cat", [g, _group_norm(draw, b, t)], dim=1)
 
 
+def _outer_reduce_family(draw, b: _Builder) -> None:
+    """A reduction over a middle dim of a tensor of 64 KiB or more, whose
+    row count 16 divides or not (a masked last block), one time in two
+    over channels-last maps' pixels; its result broadcast back over the
+    rows, or a softmax over the same dim (0023's blocks of rows)."""
+    rows = draw(st.sampled_from([64, 97, 48, 130]))
+    width = draw(st.sampled_from([64, 32, 17]))
+    op = draw(st.sampled_from(["sum", "amax", "mean", "amin"]))
+    if draw(st.booleans()):
+        side = draw(st.sampled_from([8, 11]))
+        x = _data(b, (2, width, side, side * 2), "channels_last")
+        dims: tuple[int, ...] = (2, 3)
+    else:
+        x = _data(b, (4, rows, width))
+        dims = (1,)
+    if draw(st.integers(0, 3)) == 0:
+        _op(b, "softmax", [x], op="softmax", dim=dims[0])
+        return
+    r = _op(b, "reduce", [x], op=op, dims=dims, keepdim=True)
+    _op(b, "binary", [x, r], op=draw(st.sampled_from(["sub", "mul"])))
+
+
 def _group_norm(draw, b: _Builder, x: _Value) -> _Value:
     """GroupNorm over x's channels, SiLU after it one time in two."""
     channels = x.shape[1]
@@ -740,6 +762,7 @@ FAMILIES = {
     "layout": _layout_family,
     "tiled_outer": _tiled_outer_family,
     "skip": _skip_family,
+    "outer_reduce": _outer_reduce_family,
 }
 
 
