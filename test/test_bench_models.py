@@ -30,7 +30,9 @@ class Tiny(torch.nn.Module):
         c = self.channels_ln(
             image.permute(0, 2, 3, 1)
         )  # ConvNeXt's channels-first norm
-        return scores, rms, g, c, F.log_softmax(image, dim=1)
+        pooled = image.mean([-2, -1])  # ConvNeXt's pooling
+        tokens_pooled = F.adaptive_avg_pool1d(h.transpose(1, 2), 1)  # Swin's
+        return scores, rms, g, c, F.log_softmax(image, dim=1), pooled, tokens_pooled
 
 
 def tiny_inputs():
@@ -46,6 +48,8 @@ def test_capture_reads_every_pattern_with_its_shape_layout_and_parameter():
         ("group_norm_silu", (2, 8, 6, 6), (0, 1, 2, 3), (4,)),
         ("layer_norm", (2, 6, 6, 8), (0, 3, 1, 2), (8,)),
         ("log_softmax", (2, 8, 6, 6), (0, 1, 2, 3), (1,)),
+        ("mean", (2, 8, 6, 6), (0, 1, 2, 3), (2, 3)),
+        ("mean", (2, 16, 5), (0, 2, 1), (2,)),  # over tokens, a stride apart
     }
 
 
@@ -98,6 +102,8 @@ def test_upstream_cases_keep_upstreams_dims():
     assert bm.OpCase("group_norm", (32, 8, 56, 56), (0, 1, 2, 3), (4,)) in cases
     layernorm = bm.OpCase("layer_norm", (64, 128, 56, 56), (0, 1, 2, 3), (128, 56, 56))
     assert layernorm in cases
+    assert bm.OpCase("sum", (8192, 1024), (0, 1), (0,)) in cases
+    assert bm.OpCase("sum", (1024, 8192), (0, 1), (1,)) in cases
 
 
 def options(**kw):
@@ -190,6 +196,14 @@ def test_every_kind_replays(kind):
     workload = bm.op_workload(case)
     fn, (x,), min_bytes = workload.make()
     assert fn(x).shape == x.shape and min_bytes == 2 * x.numel() * 4
+
+
+@pytest.mark.parametrize("kind", bm.REDUCTIONS)
+def test_every_reduction_replays(kind):
+    case = bm.OpCase(kind, (2, 4, 6), (0, 2, 1), (1,))
+    fn, (x,), min_bytes = bm.op_workload(case).make()
+    assert x.stride() == (24, 1, 4) and fn(x).shape == (2, 6)
+    assert min_bytes == (x.numel() + 12) * 4
 
 
 def test_instance_norm_replays_at_upstreams_3d_shape():

@@ -53,6 +53,7 @@ UPSTREAM_OPERATOR_BENCHMARKS = {
     "groupnorm_test.py": "186481f4630385933a025e059d2526d0ac8d1e7f",
     "instancenorm_test.py": "186481f4630385933a025e059d2526d0ac8d1e7f",
     "softmax_test.py": "07b13b7188633f403929c4a743dfc0c6f691316c",
+    "sum_test.py": "07b13b7188633f403929c4a743dfc0c6f691316c",
 }
 MODEL_INPUT_COPIES = 2  # a model's weights dwarf its inputs
 MODEL_WARMUP_ROUNDS = 1
@@ -413,7 +414,7 @@ def _normalize_dim(dim, rank):
 
 
 def cases_in_graph(gm) -> list[OpCase]:
-    """The normalization and softmax patterns of a dynamo FX graph."""
+    """The normalization, softmax and reduction patterns of a dynamo FX graph."""
     cases = []
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method"):
@@ -453,7 +454,22 @@ def _case_of(node):
         assert base is not None  # _is_square checked it
         dim = _normalize_dim(_arg(node, 1, "dim"), base.dim())
         return OpCase("rms_norm", tuple(base.shape), _stride_order(base), dim)
+    if name in REDUCTIONS and _arg(node, 1, "dim") is not None and len(shape) > 1:
+        dim = _normalize_dim(_arg(node, 1, "dim"), len(shape))
+        return OpCase(name, shape, order, dim)
+    if name in ("adaptive_avg_pool1d", "adaptive_avg_pool2d"):
+        pooled = _arg(node, 1, "output_size")
+        if pooled in (1, (1,), [1], (1, 1), [1, 1]):
+            spatial = 1 if name.endswith("1d") else 2
+            dims = tuple(range(len(shape) - spatial, len(shape)))
+            return OpCase("mean", shape, order, dims)
     return None
+
+
+# Reductions captured on their own (the model's pooling, a sum over tokens):
+# the ones over a dim other than the innermost in memory are outer
+# reductions, which 0023 splits into blocks of rows.
+REDUCTIONS = ("sum", "mean", "amax")
 
 
 def _is_square(node) -> bool:
@@ -537,6 +553,15 @@ def upstream_cases(quick: bool) -> dict[OpCase, list[str]]:
     for shape in softmax[:1] if quick else softmax:
         for kind in ("softmax", "log_softmax"):
             add(OpCase(kind, shape, dense(shape), (1,)), "upstream softmax_test")
+    # sum_test.py: x.sum(dim) over (R, V) for dim 0, (V, R) for dim 1, R the
+    # reduced length; its non-contiguous variants (every other row and
+    # column of a larger tensor) are left out: a replay is dense
+    sums = [(r, v) for r in (64, 256) for v in (32, 512)]
+    sums += [(r, v) for r in (1024, 8192) for v in (512, 1024)]
+    for r, v in sums[:1] if quick else sums:
+        for dim in (0, 1):
+            shape = (r, v) if dim == 0 else (v, r)
+            add(OpCase("sum", shape, dense(shape), (dim,)), "upstream sum_test")
     if not quick:
         for shape, dim in [((700, 23258), 0), ((700, 23258), 1), ((1024, 23258), 1)]:
             add(
@@ -573,6 +598,9 @@ def op_fn(case: OpCase):
         op = getattr(torch, case.kind)
         (dim,) = case.param
         return lambda x: op(x, dim)
+    if case.kind in REDUCTIONS:
+        op, dims = getattr(torch, case.kind), list(case.param)
+        return lambda x: op(x, dims)
     if case.kind == "rms_norm":
         weight = torch.randn([case.shape[d] for d in case.param])
         dims = list(case.param)
@@ -593,6 +621,8 @@ def op_workload(case: OpCase) -> bench.Workload:
         fn = op_fn(case)
         if isinstance(fn, __import__("torch").nn.Module):
             fn.eval()
+        if case.kind in REDUCTIONS:  # reads x, writes a reduced tensor
+            return fn, (x,), bench.nbytes(x, fn(x))
         return fn, (x,), 2 * bench.nbytes(x)
 
     return bench.Workload(case.name, make)
