@@ -19,10 +19,19 @@ from torch._inductor import config
 from torch._inductor.utils import run_and_get_code
 from torch.testing import FileCheck
 
+import torch._inductor.cpp_fusion_costs as costs
 import torch._inductor.cpp_outer_reduction_blocks as blocks
 from torch._inductor.cpp_fusion_costs import OUTER_REDUCTION_BLOCK_ROWS
 
 BLOCKS_OFF = {"cpp.outer_reduction_blocks": False}
+CACHE_BYTES = 32 << 20
+
+
+@pytest.fixture(autouse=True)
+def last_level_cache(monkeypatch):
+    """A 32 MiB last-level cache, whatever this machine's: the slab bound
+    (half of it) decides which of these reductions split."""
+    monkeypatch.setattr(costs, "last_level_cache_bytes", lambda: CACHE_BYTES)
 
 
 def _wrapper(fn, *args, extra=None) -> str:
@@ -80,6 +89,41 @@ def test_a_masked_last_block_pads_with_the_identity(reduce):
     FileCheck().check(_partials((8, 64, -(-197 // OUTER_REDUCTION_BLOCK_ROWS)))).run(
         code
     )
+
+
+def test_a_slab_larger_than_half_the_cache_keeps_one_level(monkeypatch):
+    """log_softmax over dim 0 of (700, 2000): its sum of exps needs the
+    whole max; blocked, it would read the 5.6 MB input again after the
+    max's blocks, where stock's column walk reads each column strip twice
+    from L1.  Under a 4 MiB cache the slab does not stay cached: one level."""
+
+    def fn(x):
+        return torch.log_softmax(x, 0)
+
+    x = torch.randn(700, 2000)
+    assert blocks.block_rows(700) == 14
+    FileCheck().check(_partials((1, 2000, 50))).run(_wrapper(fn, x))
+    monkeypatch.setattr(costs, "last_level_cache_bytes", lambda: 4 << 20)
+    patched = compile_shipped_and_inspect(fn, (x,))
+    off = compile_shipped_and_inspect(fn, (x,), extra_config=BLOCKS_OFF)
+    assert patched.kernels == off.kernels
+
+
+def test_a_lone_reduction_splits_whatever_its_slab(monkeypatch):
+    """No second reduction re-reads the input: the 8 MB slab splits under a
+    4 MiB cache too."""
+    monkeypatch.setattr(costs, "last_level_cache_bytes", lambda: 4 << 20)
+    code = _wrapper(lambda x: x.sum(0) * 2.0, torch.randn(1024, 2000))
+    FileCheck().check(_partials((2000, 64))).run(code)
+
+
+def test_images_are_slabs_of_their_own(monkeypatch):
+    """Over (N, C, L) the slab is one image's rows: a softmax over 64
+    images of 400 KiB splits under a 4 MiB cache, though all of them are
+    25 MiB."""
+    monkeypatch.setattr(costs, "last_level_cache_bytes", lambda: 4 << 20)
+    code = _wrapper(lambda x: torch.softmax(x, 1), torch.randn(64, 32, 3136))
+    FileCheck().check(_partials((64, 1, 3136, 2))).run(code)
 
 
 def test_block_rows_divide_the_rows_where_they_can():

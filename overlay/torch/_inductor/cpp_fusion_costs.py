@@ -289,3 +289,8 @@ OUTER_REDUCTION_MIN_ROW = 16
 # Smaller inputs stay in L1 during the column walk: the split would only
 # add a level.
 OUTER_REDUCTION_MIN_BYTES = 64 * 1024
+# The rows under one index of the outer dims (a slab) must fit in this
+# fraction of the last-level cache: a dependent second reduction (a
+# softmax's sum of exps after its max) re-reads the slab after the first
+# one's blocks, from the cache if it fits, from memory if not.
+OUTER_REDUCTION_SLAB_FRACTION = 2

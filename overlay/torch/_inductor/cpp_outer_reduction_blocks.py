@@ -34,8 +34,11 @@ Behind ``config.cpp.outer_reduction_blocks``; the hook in ``ir.py``'s
 ``num_splits`` chose no split; it returns 1 (stock) when the flag (or
 ``config.split_reductions``) is off, the device is not the CPU, the CPU
 backend is not the C++ one, a size is symbolic, the reduction is not an
-outer one, or the input is too small for the column walk to leave the
-cache (``OUTER_REDUCTION_MIN_BYTES``).
+outer one, the input is too small for the column walk to leave the cache
+(``OUTER_REDUCTION_MIN_BYTES``), or the reduction is one of a chain (a
+softmax's max and sum of exps, ``in_a_reduction_chain``) whose rows under
+one index of the outer dims are too large to stay in the last-level cache
+(``slab_stays_cached_bytes``).
 """
 
 from __future__ import annotations
@@ -44,11 +47,12 @@ import unittest.mock
 
 import sympy
 
-from . import config
+from . import config, cpp_fusion_costs as costs
 from .cpp_fusion_costs import (
     OUTER_REDUCTION_BLOCK_ROWS,
     OUTER_REDUCTION_MIN_BYTES,
     OUTER_REDUCTION_MIN_ROW,
+    OUTER_REDUCTION_SLAB_FRACTION,
 )
 from .virtualized import V
 
@@ -75,9 +79,59 @@ def split_for_outer_reduction(
     input_bytes = int(sympy.prod(sizes)) * src_dtype.itemsize
     if rows < 2 * OUTER_REDUCTION_BLOCK_ROWS or input_bytes < OUTER_REDUCTION_MIN_BYTES:
         return 1
-    if not is_outer_reduction(inner_fn, ranges, reduction_ranges):
+    slabs = outer_slabs(inner_fn, ranges, reduction_ranges)
+    if slabs is None:
+        return 1
+    if input_bytes // slabs > slab_stays_cached_bytes() and in_a_reduction_chain():
         return 1
     return -(-rows // block_rows(rows))
+
+
+def slab_stays_cached_bytes() -> int:
+    """A softmax's sum of exps needs the whole max first: blocked, it reads
+    the input again after the max's blocks, where stock's column walk read
+    each column strip twice from L1.  In such a chain the slab (the rows
+    under one outer index) must stay in the last-level cache for that
+    second read."""
+    return costs.last_level_cache_bytes() // OUTER_REDUCTION_SLAB_FRACTION
+
+
+# aten ops (decomposed graphs) that reduce, by overload packet name
+REDUCING_OPS = frozenset(
+    {"sum", "amax", "amin", "mean", "var", "var_mean", "std", "prod", "max",
+     "min", "logsumexp", "_softmax", "_log_softmax", "native_layer_norm",
+     "native_group_norm"}
+)  # fmt: skip
+# FX edges searched each way for another reduction: a softmax's max and its
+# sum of exps are three apart (sub, exp, sum).
+CHAIN_HOPS = 4
+
+
+def in_a_reduction_chain() -> bool:
+    """Whether another reduction lies within ``CHAIN_HOPS`` edges of the FX
+    node being lowered, before or after it: a reduction that depends on
+    this one or that this one depends on, as a softmax's sum of exps on its
+    max.  Without the node (lowered outside a graph), assume a chain."""
+    node = getattr(V.graph, "current_node", None)
+    if node is None:
+        return True
+    frontier, seen = [node], {node}
+    for _ in range(CHAIN_HOPS):
+        frontier = [
+            near
+            for n in frontier
+            for near in (*n.all_input_nodes, *n.users)
+            if near not in seen
+        ]
+        seen.update(frontier)
+        if any(_reduces(n) for n in frontier):
+            return True
+    return False
+
+
+def _reduces(node) -> bool:
+    packet = getattr(node.target, "overloadpacket", None)
+    return getattr(packet, "__name__", "") in REDUCING_OPS
 
 
 def block_rows(rows: int) -> int:
@@ -92,9 +146,11 @@ def block_rows(rows: int) -> int:
     return min(divisors, key=lambda b: (abs(b - want), b))
 
 
-def is_outer_reduction(inner_fn, ranges, reduction_ranges) -> bool:
-    """Every read that varies with the reduction strides over it, and is
-    contiguous along an output dim long enough to vectorize."""
+def outer_slabs(inner_fn, ranges, reduction_ranges) -> int | None:
+    """For an outer reduction, the number of slabs it reduces (the product
+    of the output dims outside every reduced dim in memory); None if it is
+    not one: a read that varies with the reduction must stride over it and
+    be contiguous along an output dim long enough to vectorize."""
     from .dependencies import extract_read_writes
     from .ir import FlexibleLayout
 
@@ -108,9 +164,15 @@ def is_outer_reduction(inner_fn, ranges, reduction_ranges) -> bool:
     extents = {v: int(var_ranges[v]) for v in out_vars}
     reads = [d for d in rw.reads if hasattr(d, "index")]
     walked = [d.index for d in reads if set(red_vars) & d.index.free_symbols]
-    return bool(walked) and all(
+    if not walked or not all(
         _strides_rows(index, out_vars, red_vars, extents) for index in walked
-    )
+    ):
+        return None
+    sizevars = V.graph.sizevars
+    widest = max(abs(s) for s in sizevars.stride_hints(walked[0], red_vars))
+    out_strides = sizevars.stride_hints(walked[0], out_vars)
+    outside = [extents[v] for v, s in zip(out_vars, out_strides) if abs(s) > widest]
+    return int(sympy.prod(outside))
 
 
 def _symbols(variables) -> list:
