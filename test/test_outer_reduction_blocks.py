@@ -91,11 +91,12 @@ def test_a_masked_last_block_pads_with_the_identity(reduce):
     )
 
 
-def test_a_slab_larger_than_half_the_cache_keeps_one_level(monkeypatch):
+def test_a_chain_larger_than_half_the_cache_keeps_one_level(monkeypatch):
     """log_softmax over dim 0 of (700, 2000): its sum of exps needs the
-    whole max; blocked, it would read the 5.6 MB input again after the
-    max's blocks, where stock's column walk reads each column strip twice
-    from L1.  Under a 4 MiB cache the slab does not stay cached: one level."""
+    whole max; blocked, it would read the 5.6 MB input again after all of
+    the max's blocks, where the one-level column walks read each strip of
+    columns twice from L1.  Under a 4 MiB cache the input does not stay
+    cached: one level."""
 
     def fn(x):
         return torch.log_softmax(x, 0)
@@ -109,21 +110,34 @@ def test_a_slab_larger_than_half_the_cache_keeps_one_level(monkeypatch):
     assert patched.kernels == off.kernels
 
 
-def test_a_lone_reduction_splits_whatever_its_slab(monkeypatch):
-    """No second reduction re-reads the input: the 8 MB slab splits under a
-    4 MiB cache too."""
+def test_a_lone_reduction_splits_whatever_its_size(monkeypatch):
+    """No second reduction re-reads the input: the 8 MB input splits under
+    a 4 MiB cache too."""
     monkeypatch.setattr(costs, "last_level_cache_bytes", lambda: 4 << 20)
     code = _wrapper(lambda x: x.sum(0) * 2.0, torch.randn(1024, 2000))
     FileCheck().check(_partials((2000, 64))).run(code)
 
 
-def test_images_are_slabs_of_their_own(monkeypatch):
-    """Over (N, C, L) the slab is one image's rows: a softmax over 64
-    images of 400 KiB splits under a 4 MiB cache, though all of them are
-    25 MiB."""
+def test_a_variance_is_a_chain_of_its_own(monkeypatch):
+    """A LayerNorm over channels-first memory lowers one var_mean node to
+    two sums (0004), the second over deviations from the first: over 6 MB
+    under a 4 MiB cache, one level."""
     monkeypatch.setattr(costs, "last_level_cache_bytes", lambda: 4 << 20)
-    code = _wrapper(lambda x: torch.softmax(x, 1), torch.randn(64, 32, 3136))
-    FileCheck().check(_partials((64, 1, 3136, 2))).run(code)
+    x = torch.randn(2, 256, 3136).permute(0, 2, 1)
+    fn = torch.nn.LayerNorm(256)
+    patched = compile_shipped_and_inspect(fn, (x,))
+    off = compile_shipped_and_inspect(fn, (x,), extra_config=BLOCKS_OFF)
+    assert patched.kernels == off.kernels
+
+
+def test_layer_norm_over_channels_first_memory():
+    """Swin's LayerNorm(96) over tokens stored channels-first: the mean and
+    the variance (0004's two sums) reduce along a stride of 3136 elements,
+    a chain over 2.4 MB: both split."""
+    x = torch.randn(2, 96, 3136).permute(0, 2, 1)
+    code = _wrapper(torch.nn.LayerNorm(96), x)
+    partials = _partials((2, 3136, 1, 6))
+    FileCheck().check(partials).check(partials).run(code)
 
 
 def test_block_rows_divide_the_rows_where_they_can():

@@ -289,8 +289,8 @@ OUTER_REDUCTION_MIN_ROW = 16
 # Smaller inputs stay in L1 during the column walk: the split would only
 # add a level.
 OUTER_REDUCTION_MIN_BYTES = 64 * 1024
-# The rows under one index of the outer dims (a slab) must fit in this
-# fraction of the last-level cache: a dependent second reduction (a
-# softmax's sum of exps after its max) re-reads the slab after the first
-# one's blocks, from the cache if it fits, from memory if not.
-OUTER_REDUCTION_SLAB_FRACTION = 2
+# A reduction chained to another (a softmax's sum of exps after its max, a
+# LayerNorm's variance after its mean) splits only over an input that fits
+# in this fraction of the last-level cache: the second reduction re-reads
+# the input after all of the first one's blocks, from the cache if it fits.
+OUTER_REDUCTION_CHAIN_FRACTION = 2

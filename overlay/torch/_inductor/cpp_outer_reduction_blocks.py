@@ -36,9 +36,8 @@ Behind ``config.cpp.outer_reduction_blocks``; the hook in ``ir.py``'s
 backend is not the C++ one, a size is symbolic, the reduction is not an
 outer one, the input is too small for the column walk to leave the cache
 (``OUTER_REDUCTION_MIN_BYTES``), or the reduction is one of a chain (a
-softmax's max and sum of exps, ``in_a_reduction_chain``) whose rows under
-one index of the outer dims are too large to stay in the last-level cache
-(``slab_stays_cached_bytes``).
+softmax's max and sum of exps, ``in_a_reduction_chain``) over an input too
+large to stay in the last-level cache (``chain_stays_cached_bytes``).
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ from .cpp_fusion_costs import (
     OUTER_REDUCTION_BLOCK_ROWS,
     OUTER_REDUCTION_MIN_BYTES,
     OUTER_REDUCTION_MIN_ROW,
-    OUTER_REDUCTION_SLAB_FRACTION,
+    OUTER_REDUCTION_CHAIN_FRACTION,
 )
 from .virtualized import V
 
@@ -79,21 +78,21 @@ def split_for_outer_reduction(
     input_bytes = int(sympy.prod(sizes)) * src_dtype.itemsize
     if rows < 2 * OUTER_REDUCTION_BLOCK_ROWS or input_bytes < OUTER_REDUCTION_MIN_BYTES:
         return 1
-    slabs = outer_slabs(inner_fn, ranges, reduction_ranges)
-    if slabs is None:
+    if not is_outer_reduction(inner_fn, ranges, reduction_ranges):
         return 1
-    if input_bytes // slabs > slab_stays_cached_bytes() and in_a_reduction_chain():
+    if input_bytes > chain_stays_cached_bytes() and in_a_reduction_chain():
         return 1
     return -(-rows // block_rows(rows))
 
 
-def slab_stays_cached_bytes() -> int:
+def chain_stays_cached_bytes() -> int:
     """A softmax's sum of exps needs the whole max first: blocked, it reads
-    the input again after the max's blocks, where stock's column walk read
-    each column strip twice from L1.  In such a chain the slab (the rows
-    under one outer index) must stay in the last-level cache for that
-    second read."""
-    return costs.last_level_cache_bytes() // OUTER_REDUCTION_SLAB_FRACTION
+    the input again after all of the max's blocks (the levels of the two
+    reductions are separate kernels over every outer index), where the
+    unsplit column walks read each strip of columns twice from L1.  In such
+    a chain the input must stay in the last-level cache for that second
+    read."""
+    return costs.last_level_cache_bytes() // OUTER_REDUCTION_CHAIN_FRACTION
 
 
 # aten ops (decomposed graphs) that reduce, by overload packet name
@@ -102,18 +101,25 @@ REDUCING_OPS = frozenset(
      "min", "logsumexp", "_softmax", "_log_softmax", "native_layer_norm",
      "native_group_norm"}
 )  # fmt: skip
+# ...and those whose lowering makes two reductions in a row (a variance's
+# two-step form sums deviations from the mean it summed first)
+CHAINED_INSIDE = frozenset(
+    {"var_mean", "var", "std", "std_mean", "_softmax", "_log_softmax",
+     "logsumexp", "native_layer_norm", "native_group_norm"}
+)  # fmt: skip
 # FX edges searched each way for another reduction: a softmax's max and its
 # sum of exps are three apart (sub, exp, sum).
 CHAIN_HOPS = 4
 
 
 def in_a_reduction_chain() -> bool:
-    """Whether another reduction lies within ``CHAIN_HOPS`` edges of the FX
-    node being lowered, before or after it: a reduction that depends on
-    this one or that this one depends on, as a softmax's sum of exps on its
-    max.  Without the node (lowered outside a graph), assume a chain."""
+    """Whether the FX node being lowered reduces twice itself (a variance)
+    or another reduction lies within ``CHAIN_HOPS`` edges of it, before or
+    after: a reduction that depends on this one or that this one depends
+    on, as a softmax's sum of exps on its max.  Without the node (lowered
+    outside a graph), assume a chain."""
     node = getattr(V.graph, "current_node", None)
-    if node is None:
+    if node is None or _op_name(node) in CHAINED_INSIDE:
         return True
     frontier, seen = [node], {node}
     for _ in range(CHAIN_HOPS):
@@ -130,8 +136,12 @@ def in_a_reduction_chain() -> bool:
 
 
 def _reduces(node) -> bool:
+    return _op_name(node) in REDUCING_OPS
+
+
+def _op_name(node) -> str:
     packet = getattr(node.target, "overloadpacket", None)
-    return getattr(packet, "__name__", "") in REDUCING_OPS
+    return getattr(packet, "__name__", "")
 
 
 def block_rows(rows: int) -> int:
@@ -146,11 +156,9 @@ def block_rows(rows: int) -> int:
     return min(divisors, key=lambda b: (abs(b - want), b))
 
 
-def outer_slabs(inner_fn, ranges, reduction_ranges) -> int | None:
-    """For an outer reduction, the number of slabs it reduces (the product
-    of the output dims outside every reduced dim in memory); None if it is
-    not one: a read that varies with the reduction must stride over it and
-    be contiguous along an output dim long enough to vectorize."""
+def is_outer_reduction(inner_fn, ranges, reduction_ranges) -> bool:
+    """Every read that varies with the reduction strides over it, and is
+    contiguous along an output dim long enough to vectorize."""
     from .dependencies import extract_read_writes
     from .ir import FlexibleLayout
 
@@ -164,15 +172,9 @@ def outer_slabs(inner_fn, ranges, reduction_ranges) -> int | None:
     extents = {v: int(var_ranges[v]) for v in out_vars}
     reads = [d for d in rw.reads if hasattr(d, "index")]
     walked = [d.index for d in reads if set(red_vars) & d.index.free_symbols]
-    if not walked or not all(
+    return bool(walked) and all(
         _strides_rows(index, out_vars, red_vars, extents) for index in walked
-    ):
-        return None
-    sizevars = V.graph.sizevars
-    widest = max(abs(s) for s in sizevars.stride_hints(walked[0], red_vars))
-    out_strides = sizevars.stride_hints(walked[0], out_vars)
-    outside = [extents[v] for v, s in zip(out_vars, out_strides) if abs(s) > widest]
-    return int(sympy.prod(outside))
+    )
 
 
 def _symbols(variables) -> list:
