@@ -30,6 +30,18 @@ def test_stock_and_patched_stay_compiled_while_timed(layernorm):
     assert [len(t) for t in times.values()] == [2, 2]
 
 
+def test_generated_code_is_timed_inside_the_compiled_call(layernorm):
+    fn, args = layernorm
+    patched, _, _ = bench._compile(fn, args, overlay=True)
+    generated: dict[str, list[float]] = {}
+    times = bench._time_interleaved(
+        {"eager": fn, "patched": patched}, [args], reps=3, generated=generated
+    )
+    assert generated["eager"] == [0.0, 0.0, 0.0]
+    # the guards and the AOT wrapper run outside the generated code
+    assert all(0 < g < t for g, t in zip(generated["patched"], times["patched"]))
+
+
 def test_a_recompile_while_timing_is_an_error(layernorm):
     fn, args = layernorm
     stock, _, _ = bench._compile(fn, args, overlay=False)

@@ -146,8 +146,9 @@ def test_a_model_that_breaks_its_graph_is_an_error_row(monkeypatch):
 
 
 def test_the_report_shows_the_compiled_call_floor_beside_tiny_cases_only():
-    def row(name, eager_ms):
+    def row(name, eager_ms, **extra):
         return {
+            **extra,
             "workload": name,
             "threads": 1,
             "sources": ["x"],
@@ -164,12 +165,29 @@ def test_the_report_shows_the_compiled_call_floor_beside_tiny_cases_only():
     result = {
         "header": "h",
         "models": [],
-        "ops": [row("compiled_call_floor", 0.003), row("tiny", 0.01), row("big", 5.0)],
+        "ops": [
+            row("compiled_call_floor", 0.003),
+            row("tiny", 0.01),
+            row(
+                "big",
+                5.0,
+                patched_generated_over_eager=0.8,
+                patched_call_layers_median_ms=0.05,
+            ),
+        ],
     }
     text = bm.markdown(result)
-    lines = {line.split(" | ")[0].strip("| "): line for line in text.splitlines()}
-    assert lines["tiny"].rstrip(" |").endswith("0.020")
-    assert lines["big"].rstrip().endswith("| 1→1 |  |")
+    cells = {
+        line.split(" | ")[0].strip("| "): [c.strip() for c in line.split("|")[1:-1]]
+        for line in text.splitlines()
+    }
+    header = cells["case"]
+    floor = header.index("compiled-call floor ms")
+    assert cells["tiny"][floor] == "0.020" and cells["big"][floor] == ""
+    generated = header.index("patched generated code / eager")
+    layers = header.index("patched call layers ms")
+    assert (cells["big"][generated], cells["big"][layers]) == ("0.80", "0.050")
+    assert (cells["tiny"][generated], cells["tiny"][layers]) == ("-", "-")
 
 
 @pytest.mark.parametrize(
