@@ -15,6 +15,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.testing import FileCheck
 
 import torch._inductor.cpp_loop_ordering as cpp_loop_ordering
 from torch._inductor import metrics
@@ -121,6 +122,28 @@ def test_member_by_member_merge_breaks_codegen(monkeypatch):
     fn, args = layernorm_3d()
     with pytest.raises(Exception, match="AssertionError"):
         compile_and_inspect(fn, args, extra_config=LOOP_ORDERING_ONLY)
+
+
+def test_fused_members_that_merge_apart_merge_together():
+    # log_softmax over channels: the statistics (max, sum of exps) and the
+    # log of the sum are fused over (N, H, W).  Merged one by one, the log
+    # flattens all three loops while the reductions keep N apart (their
+    # index has the channel between N and the pixels), so they disagree;
+    # merged over the indices of all three, each loops over (N, H*W), and
+    # no row of W = 56 pixels ends in a masked vector tail.
+    fn = lambda x: torch.log_softmax(x, 1)  # noqa: E731
+    args = (torch.randn(2, 64, 56, 56),)
+    on = compile_and_inspect(
+        fn, args, extra_config={**SHIPPED_ONE_LEVEL, "cpp.threads": 2}
+    )
+    assert on.nests == [2]
+
+    def loop(extent):
+        return f"<static_cast<int64_t>({extent}L);"
+
+    FileCheck().check(loop(2)).check(loop(56 * 56)).check(loop(64)).check_not(
+        loop(56)
+    ).run(on.kernels[0])
 
 
 def test_both_flags_compose_bfloat16():

@@ -68,6 +68,13 @@ REACH = (
         lambda a, r: bool(r),
     ),
     Decision(
+        "0005",
+        "loop order after fusion (members merged together)",
+        "cpp_loop_ordering",
+        "_merge_members_together",
+        lambda a, r: bool(r),
+    ),
+    Decision(
         "0006",
         "local buffer under tiled outer level",
         "codegen.cpp_outer_loop_retile",

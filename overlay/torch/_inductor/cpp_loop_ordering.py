@@ -100,9 +100,18 @@ def merge_loops_consistently(node) -> None:
         merged = _merge_outer_loop_fused(node)
         if not merged:
             snapshot.restore()
+            merged = _merge_fully_fused_outer_members(node)
+        if not merged:
+            snapshot.restore()
             merged = _merge_below_outer_levels(node)
     else:
         merged = _merge_member(node)
+        if not merged and isinstance(node, _fused_node_cls()):
+            snapshot.restore()
+            merged = _merge_members_together(node.get_nodes())
+            if merged:
+                node.group = _reduction_group(node)
+                merged = _groups_agree(node)
     if not merged:
         loop_ordering_log.debug(
             "keep fused loop order of %s: merged members disagree", node.get_name()
@@ -181,15 +190,85 @@ def _merge_below_outer_levels(node) -> bool:
     return True
 
 
+def _merge_members_together(snodes) -> bool:
+    """Merge the loops that all of ``snodes`` can merge, the same for each.
+
+    Merged one by one, fused members can disagree: a pointwise member
+    flattens its whole iteration space while a reduction member's index
+    keeps the batch loop apart from the pixels (a softmax over channels).
+    The fused node would then keep every loop unmerged, an image's pixels
+    split into rows with a masked vector tail on each.  Merging each member
+    over the indices of all members gives them the same iteration loops.
+    """
+    from .scheduler import SchedulerNode
+
+    if not all(isinstance(sn, SchedulerNode) for sn in snodes):
+        return False
+    if len({tuple(sn._body.sizes[0]) for sn in snodes}) != 1:
+        return False
+    shared = {sn: _index_exprs_over(sn, snodes) for sn in snodes}
+    for sn in snodes:
+        _merge_loops_below(sn, 0, shared[sn])
+        _recompute_group(sn)
+    return True
+
+
+def _merge_fully_fused_outer_members(node) -> bool:
+    """Merge an outer-loop fusion whose fused levels are all of its loops.
+
+    Its members share every iteration loop, so merging them together keeps
+    the fusion; the fused depth becomes the merged loop count.
+    """
+    snodes = node.get_nodes()
+    depth = node.outer_loop_fusion_depth
+    if any(len(sn._body.sizes[0]) != depth for sn in snodes):
+        return False
+    if not _merge_members_together(snodes):
+        return False
+    node.outer_loop_fusion_depth = len(snodes[0]._body.sizes[0])
+    for member in node.get_outer_nodes():
+        if isinstance(member, _fused_node_cls()):
+            member.group = _reduction_group(member)
+            if not _groups_agree(member):
+                return False
+    node.group = _reduction_group(node)
+    return True
+
+
+def _reduction_group(node):
+    return max(node.snodes, key=lambda n: int(n.is_reduction())).group
+
+
+def _index_exprs_over(target, snodes) -> list:
+    """Every member's indices over ``target``'s iteration variables.
+
+    Members share their iteration sizes; another member's reduction
+    variables become fresh symbols, which no merge of ``target``'s loops
+    depends on.
+    """
+    import sympy
+
+    target_iter_vars = target._body.vars[0]
+    exprs = []
+    for sn in snodes:
+        iter_vars, reduce_vars = sn._body.vars
+        mapping = dict(zip(iter_vars, target_iter_vars))
+        if sn is not target:
+            mapping.update({v: sympy.Dummy(str(v)) for v in reduce_vars})
+        exprs += [e.xreplace(mapping) for e in sn._body.indexing_exprs.values()]
+    return exprs
+
+
 def _fused_node_cls():
     from .scheduler import FusedSchedulerNode
 
     return FusedSchedulerNode
 
 
-def _merge_loops_below(snode, depth: int) -> None:
+def _merge_loops_below(snode, depth: int, exprs=None) -> None:
     """``SchedulerNode.merge_loops`` for the iteration loops from ``depth`` on
     and all reduction loops; the first ``depth`` iteration loops stay as they are.
+    ``exprs``: the indices that must stay expressible (default: the node's own).
     """
     from . import dependencies
     from .codegen.common import index_prevent_reordering
@@ -201,7 +280,8 @@ def _merge_loops_below(snode, depth: int) -> None:
     iter_sizes, reduce_sizes = body.sizes
     if len(iter_vars) < depth:
         return
-    exprs = [*body.indexing_exprs.values()]
+    if exprs is None:
+        exprs = [*body.indexing_exprs.values()]
 
     def simplify(variables, sizes):
         return V.graph.sizevars._simplify_loops(
