@@ -157,9 +157,13 @@ def test_fuzzed_program_keeps_stock_nest_count():
 def test_block_too_large_for_the_cache_keeps_stock_loops():
     # 64 channels x 3136 floats = 784 KiB per outer iteration, re-read by the
     # second pass: more than BLOCK_BYTES_IN_CACHE.
+    # (0019 fuses such blocks over tiles of the pixel loop instead:
+    # test_outer_block_tiles.py.)
     x = torch.randn(4, 64, 3136)
     assert 64 * 3136 * 4 > BLOCK_BYTES_IN_CACHE
-    patched = compile_and_inspect(center, (x,))
+    patched = compile_and_inspect(
+        center, (x,), extra_config={"cpp.outer_block_tiles": False}
+    )
     assert patched.nests == [2]
     assert patched.outer_fused == 0
 

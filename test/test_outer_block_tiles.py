@@ -17,8 +17,9 @@ from torch.testing import FileCheck
 
 from torch._inductor.cpp_fusion_costs import (
     BLOCK_BYTES_IN_CACHE,
+    min_tile,
     TILE_BYTES_IN_CACHE,
-    TILE_LANES,
+    tile_lanes,
 )
 
 pytestmark = requires_vectors
@@ -43,13 +44,18 @@ def next_pixel_ratio(x):
     return torch.roll(e, 1, -1) / e.sum(1, keepdim=True)
 
 
-def _tile(pixels: int, bytes_per_pixel: int) -> int:
-    """The largest whole-vector divisor of the pixel loop whose tile of the
-    consumer's reads fits TILE_BYTES_IN_CACHE."""
+def _tile(pixels: int, bytes_per_pixel: int, channels: int = 3) -> int:
+    """The largest whole-vector (float32) divisor of the pixel loop whose tile
+    of the consumer's reads fits TILE_BYTES_IN_CACHE, other than the channel
+    count (which would give the tiled kernels one more loop in common)."""
+    lanes = tile_lanes(4)
     return max(
         t
-        for t in range(TILE_LANES, pixels // 2 + 1, TILE_LANES)
-        if pixels % t == 0 and t * bytes_per_pixel <= TILE_BYTES_IN_CACHE
+        for t in range(lanes, pixels // 2 + 1, lanes)
+        if t >= min_tile(4)
+        and pixels % t == 0
+        and t * bytes_per_pixel <= TILE_BYTES_IN_CACHE
+        and t != channels
     )
 
 
@@ -122,6 +128,38 @@ def test_softmax_of_one_image_fuses_over_pixel_tiles_alone():
     )
     assert (stock.nests, patched.nests) == ([2], [1])
     _check_tiled(patched.kernels[0], None, 3, 256 * 256, _tile(256 * 256, 12))
+
+
+def test_float32_tiles_are_whole_vectors_of_float32_lanes():
+    # 64 channels of 56x56 (800 KiB an image): the only whole-vector tile of
+    # 3136 pixels in 64s is 64 itself, the channel count; float32's lanes
+    # give a tile of 112.  0023 would split the statistics of an input this
+    # small (a chain that stays in the last-level cache): off here.
+    config = {**THREADS, "cpp.outer_reduction_blocks": False}
+    x = torch.randn(2, 64, 56, 56)
+    stock = compile_shipped_and_inspect(
+        softmax_over_channels, (x,), overlay=False, extra_config=THREADS
+    )
+    patched = compile_shipped_and_inspect(
+        softmax_over_channels, (x,), extra_config=config
+    )
+    assert (stock.nests, patched.nests) == ([4], [1])
+    tile = _tile(56 * 56, 64 * 4, channels=64)
+    assert tile % 64 != 0
+    _check_tiled(patched.kernels[0], 2, 64, 56 * 56, tile)
+
+
+def test_tiles_of_a_cache_line_a_row_are_refused():
+    # softmax over dim 0 of (512, 1024): a column of the consumer's reads is
+    # 2 KiB, so the budget allows tiles of 16 floats, one cache line of each
+    # row; the tiled kernels would walk down 512 rows of one line each.
+    x = torch.randn(512, 1024)
+    assert 16 * 512 * 4 <= TILE_BYTES_IN_CACHE and 16 < min_tile(4)
+    one_level = {**THREADS, "cpp.outer_reduction_blocks": False}
+    fn = lambda x: torch.softmax(x, 0)  # noqa: E731
+    stock = compile_shipped_and_inspect(fn, (x,), overlay=False, extra_config=THREADS)
+    patched = compile_shipped_and_inspect(fn, (x,), extra_config=one_level)
+    assert patched.nests == stock.nests == [4]
 
 
 def test_flag_off_keeps_stocks_nests():

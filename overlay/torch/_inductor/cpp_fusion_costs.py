@@ -58,9 +58,27 @@ BLOCK_BYTES_IN_CACHE = 512 * 1024
 # loop (cpp_outer_block_tiles.py) reads per tile: a core's L1 data cache, so
 # the tile the producer wrote is read back from L1.
 TILE_BYTES_IN_CACHE = 32 * 1024
-# Tiles are a multiple of this many elements: whole vectors at every ISA's
-# widest lanes (64 int8 lanes of AVX512), so no tile has a vector tail.
-TILE_LANES = 64
+# Tiles are whole vectors of the widest registers any supported ISA has
+# (AVX512's 64 bytes: 16 float32 lanes, 64 int8 lanes), so no tile has a
+# vector tail.
+WIDEST_VECTOR_BYTES = 64
+
+
+# ...and span at least this many bytes of each row: the tiled kernels walk
+# down the rows of a tile, and a tile of one or two cache lines a row turns
+# stock's contiguous row walks into strided ones (softmax over dim 0 of a
+# 4 KiB-wide matrix, whose budget allows tiles of 16 floats, ran slower so).
+TILE_MIN_ROW_BYTES = 256
+
+
+def tile_lanes(itemsize: int) -> int:
+    """Elements a tile is a multiple of, for the narrowest dtype it moves."""
+    return WIDEST_VECTOR_BYTES // itemsize
+
+
+def min_tile(itemsize: int) -> int:
+    """The fewest elements a tile may have, for the narrowest dtype it moves."""
+    return TILE_MIN_ROW_BYTES // itemsize
 
 # The last-level cache when sysfs does not say.
 _FALLBACK_LLC_BYTES = 32 << 20

@@ -46,7 +46,12 @@ import sympy
 import torch
 
 from . import config, dependencies
-from .cpp_fusion_costs import feeds_every_thread, TILE_BYTES_IN_CACHE, TILE_LANES
+from .cpp_fusion_costs import (
+    feeds_every_thread,
+    min_tile,
+    TILE_BYTES_IN_CACHE,
+    tile_lanes,
+)
 from .cpp_outer_block_fusion import (
     _bounds,
     _bytes_read,
@@ -63,6 +68,7 @@ from .scheduler import (
     refresh_group_node_dependencies,
     SchedulerNode,
 )
+from .virtualized import V
 
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
@@ -153,8 +159,9 @@ def _tile_size(node1, node2, depth: int) -> int | None:
     """The largest tile of the innermost loop whose block fits in cache.
 
     Both nodes must end with the same innermost extent, beyond the shared
-    outer loops; the tile is a multiple of TILE_LANES (no vector tails) that
-    divides it, and the fused outer loops must feed every thread.
+    outer loops; the tile is whole vectors of the narrowest dtype either node
+    moves (no vector tails), spans at least ``min_tile`` elements of each
+    row and divides it, and the fused outer loops must feed every thread.
     """
     sizes1, sizes2 = _iter_sizes(node1), _iter_sizes(node2)
     if not sizes1 or not sizes2:
@@ -163,13 +170,24 @@ def _tile_size(node1, node2, depth: int) -> int | None:
         return None
     extent, outer = sizes1[-1], math.prod(sizes1[:depth])
     read_per_element = _bytes_read(node2) / (outer * extent)
-    for tile in range(extent // 2 // TILE_LANES * TILE_LANES, 0, -TILE_LANES):
+    itemsize = _narrowest_itemsize(node1, node2)
+    lanes, fewest = tile_lanes(itemsize), min_tile(itemsize)
+    for tile in range(extent // 2 // lanes * lanes, fewest - 1, -lanes):
         if extent % tile or tile * read_per_element > TILE_BYTES_IN_CACHE:
             continue
         if tile in (_middle_extent(sizes1, depth), _middle_extent(sizes2, depth)):
             continue  # the tiled nodes would share one more loop than meant
         return tile if feeds_every_thread(outer * (extent // tile)) else None
     return None
+
+
+def _narrowest_itemsize(node1, node2) -> int:
+    names = {
+        dep.name
+        for node in (node1, node2)
+        for dep in node.read_writes.reads | node.read_writes.writes
+    }
+    return min(V.graph.get_dtype(name).itemsize for name in names)
 
 
 def _middle_extent(sizes: list[int], depth: int) -> int | None:
