@@ -11,9 +11,12 @@ over all of them, fuse over the loops where every read stays in its block.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from compile_utils import compile_shipped_and_inspect, requires_vectors
 from torch.testing import FileCheck
+
+import torch._inductor.cpp_fusion_costs as costs
 
 from torch._inductor.cpp_fusion_costs import (
     BLOCK_BYTES_IN_CACHE,
@@ -78,6 +81,13 @@ def test_image_exceeds_the_block_budget():
     assert 3 * 256 * 256 * 4 > BLOCK_BYTES_IN_CACHE
 
 
+@pytest.fixture
+def pair_exceeds_the_cache(monkeypatch):
+    """A last-level cache that softmax's pair of pointwise kernels exceeds
+    (they tile only then; the statistics and their consumer tile anyway)."""
+    monkeypatch.setattr(costs, "last_level_cache_bytes", lambda: 1 << 20)
+
+
 def _stock_and_patched(fn, x):
     stock = compile_shipped_and_inspect(fn, (x,), overlay=False, extra_config=THREADS)
     return stock, compile_shipped_and_inspect(fn, (x,), extra_config=THREADS)
@@ -92,7 +102,7 @@ def _check_log_softmax_tiled(code: str, batch: int | None, pixels: int, tile: in
     ).run(code)
 
 
-def test_softmax_over_channels_is_one_nest_over_pixel_tiles():
+def test_softmax_over_channels_is_one_nest_over_pixel_tiles(pair_exceeds_the_cache):
     stock, patched = _stock_and_patched(
         softmax_over_channels, torch.randn(4, 3, 256, 256)
     )
@@ -122,7 +132,7 @@ def test_log_softmax_of_one_image_fuses_over_pixel_tiles_alone():
     _check_log_softmax_tiled(kernel, None, 256 * 256, _tile(256 * 256, 16))
 
 
-def test_softmax_of_one_image_fuses_over_pixel_tiles_alone():
+def test_softmax_of_one_image_fuses_over_pixel_tiles_alone(pair_exceeds_the_cache):
     stock, patched = _stock_and_patched(
         softmax_over_channels, torch.randn(1, 3, 256, 256)
     )
@@ -160,6 +170,23 @@ def test_tiles_of_a_cache_line_a_row_are_refused():
     stock = compile_shipped_and_inspect(fn, (x,), overlay=False, extra_config=THREADS)
     patched = compile_shipped_and_inspect(fn, (x,), extra_config=one_level)
     assert patched.nests == stock.nests == [4]
+
+
+def test_softmax_whose_buffers_fit_in_the_cache_keeps_its_two_nests(monkeypatch):
+    # (4, 3, 256, 256): input, exponentials and output 9 MiB.  Its
+    # exponentials go to a global buffer either way; tiled, only their
+    # re-read from the last-level cache is saved.  log_softmax's statistics
+    # and output still tile (the consumer re-reads the input from L1).
+    monkeypatch.setattr(costs, "last_level_cache_bytes", lambda: 32 << 20)
+    x = torch.randn(4, 3, 256, 256)
+    assert 3 * x.numel() * 4 < 32 << 20
+    softmax = compile_shipped_and_inspect(
+        softmax_over_channels, (x,), extra_config=THREADS
+    )
+    log_softmax = compile_shipped_and_inspect(
+        log_softmax_over_channels, (x,), extra_config=THREADS
+    )
+    assert (softmax.nests, log_softmax.nests) == ([2], [1])
 
 
 def test_flag_off_keeps_stocks_nests():

@@ -210,7 +210,9 @@ def _merge_members_together(snodes) -> bool:
     for sn in snodes:
         _merge_loops_below(sn, 0, shared[sn])
         _recompute_group(sn)
-    return True
+    # the same indices give every member the same loops; the caller restores
+    # the members if not
+    return len({tuple(sn._body.sizes[0]) for sn in snodes}) == 1
 
 
 def _merge_fully_fused_outer_members(node) -> bool:

@@ -45,7 +45,7 @@ import sympy
 
 import torch
 
-from . import config, dependencies
+from . import config, cpp_fusion_costs, dependencies
 from .cpp_fusion_costs import (
     feeds_every_thread,
     min_tile,
@@ -80,7 +80,7 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
     depth = block_fusion_refused_for_size(scheduler, node1, node2)
     if depth is None and _reads_by_block_alone(scheduler, node1, node2):
         depth = 0  # the pixel tiles become the only shared outer loop
-    if depth is None:
+    if depth is None or _pointwise_pair_stays_cached(node1, node2):
         return 0
     leaves1, leaves2 = _leaves(node1), _leaves(node2)
     if leaves1 is None or leaves2 is None:
@@ -105,6 +105,35 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
         return score
     saved.restore()
     return 0
+
+
+def _pointwise_pair_stays_cached(node1, node2) -> bool:
+    """Whether a pair of pointwise kernels over the same loops (softmax's
+    exponentials and quotients) touches no more than the last-level cache
+    holds.
+
+    Tiled or not, the exponentials go to a global buffer (0011's local
+    buffers take only dense blocks), so the tiles save only the quotient's
+    re-read of that buffer, which comes from the last-level cache where the
+    pair fits in it; the tiled walk then cost more than it saved.  A
+    statistics kernel and its consumer over more loops (log_softmax's) gain
+    in cache too: the consumer re-reads the input from L1.
+    """
+    _, (sizes, reduction_sizes) = node1.group
+    if node1.group != node2.group or reduction_sizes:
+        return False
+    names = {
+        dep.name
+        for node in (node1, node2)
+        for dep in node.read_writes.reads | node.read_writes.writes
+    }
+    touched = 0
+    for name in names:
+        numel = V.graph.get_numel(name)
+        if not isinstance(numel, (int, sympy.Integer)):
+            return False
+        touched += int(numel) * V.graph.get_dtype(name).itemsize
+    return touched <= cpp_fusion_costs.last_level_cache_bytes()
 
 
 def _reads_by_block_alone(scheduler, node1, node2) -> bool:
