@@ -61,15 +61,18 @@ def _recompute_group(snode) -> None:
     snode.group = (device, group_fn(snode.get_ranges()))
 
 
+def _reduction_group(node):
+    """A fused node's group: its reduction member's, as the C++ kernel loops."""
+    return max(node.snodes, key=lambda n: int(n.is_reduction())).group
+
+
 def _groups_agree(fused) -> bool:
     """Whether every member fits the fused node's group, as C++ codegen needs.
 
     ``CppKernelProxy.codegen_functions`` accepts a member whose sizes are the
     group, the group flattened, or the group's iteration part (a suffix).
     """
-    _, (group, reduction_group) = max(
-        fused.snodes, key=lambda n: int(n.is_reduction())
-    ).group
+    _, (group, reduction_group) = _reduction_group(fused)
     accepted = [
         (group, reduction_group),
         (tuple(group) + tuple(reduction_group), ()),
@@ -136,7 +139,7 @@ def _merge_member(node) -> bool:
         sn.merge_loops()
         _recompute_group(sn)
     if isinstance(node, FusedSchedulerNode):
-        node.group = max(node.snodes, key=lambda n: int(n.is_reduction())).group
+        node.group = _reduction_group(node)
         return _groups_agree(node)
     return True
 
@@ -163,7 +166,7 @@ def _merge_outer_loop_fused(node) -> bool:
     if len(new_prefixes) != 1:
         return False
     node.outer_loop_fusion_depth = len(new_prefixes.pop())
-    node.group = max(node.snodes, key=lambda n: int(n.is_reduction())).group
+    node.group = _reduction_group(node)
     return True
 
 
@@ -183,10 +186,10 @@ def _merge_below_outer_levels(node) -> bool:
             _merge_loops_below(sn, depth)
             _recompute_group(sn)
         if isinstance(member, _fused_node_cls()):
-            member.group = max(member.snodes, key=lambda n: int(n.is_reduction())).group
+            member.group = _reduction_group(member)
             if not _groups_agree(member):
                 return False
-    node.group = max(node.snodes, key=lambda n: int(n.is_reduction())).group
+    node.group = _reduction_group(node)
     return True
 
 
@@ -235,10 +238,6 @@ def _merge_fully_fused_outer_members(node) -> bool:
                 return False
     node.group = _reduction_group(node)
     return True
-
-
-def _reduction_group(node):
-    return max(node.snodes, key=lambda n: int(n.is_reduction())).group
 
 
 def _index_exprs_over(target, snodes) -> list:
@@ -449,7 +448,7 @@ def refresh_group_after_reorder(node) -> None:
     if not node.is_cpu():
         return
     if isinstance(node, FusedSchedulerNode):
-        node.group = max(node.snodes, key=lambda n: int(n.is_reduction())).group
+        node.group = _reduction_group(node)
     else:
         _recompute_group(node)
 
@@ -734,5 +733,5 @@ def _merge_for_fusion(node) -> None:
         sn.apply_loop_body(sn._body.merge_loops())
         _recompute_group(sn)
     if isinstance(node, FusedSchedulerNode):
-        node.group = max(node.snodes, key=lambda n: int(n.is_reduction())).group
+        node.group = _reduction_group(node)
         refresh_group_node_dependencies(node)

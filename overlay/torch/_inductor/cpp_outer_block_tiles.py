@@ -119,16 +119,11 @@ def _pointwise_pair_stays_cached(node1, node2) -> bool:
     statistics kernel and its consumer over more loops (log_softmax's) gain
     in cache too: the consumer re-reads the input from L1.
     """
-    _, (sizes, reduction_sizes) = node1.group
+    _, (_, reduction_sizes) = node1.group
     if node1.group != node2.group or reduction_sizes:
         return False
-    names = {
-        dep.name
-        for node in (node1, node2)
-        for dep in node.read_writes.reads | node.read_writes.writes
-    }
     touched = 0
-    for name in names:
+    for name in _buffers_of(node1, node2):
         numel = V.graph.get_numel(name)
         if not isinstance(numel, (int, sympy.Integer)):
             return False
@@ -211,12 +206,16 @@ def _tile_size(node1, node2, depth: int) -> int | None:
 
 
 def _narrowest_itemsize(node1, node2) -> int:
-    names = {
+    return min(V.graph.get_dtype(name).itemsize for name in _buffers_of(node1, node2))
+
+
+def _buffers_of(node1, node2) -> set[str]:
+    """The buffers either node reads or writes."""
+    return {
         dep.name
         for node in (node1, node2)
         for dep in node.read_writes.reads | node.read_writes.writes
     }
-    return min(V.graph.get_dtype(name).itemsize for name in names)
 
 
 def _middle_extent(sizes: list[int], depth: int) -> int | None:
