@@ -61,7 +61,7 @@ def _recompute_group(snode) -> None:
     snode.group = (device, group_fn(snode.get_ranges()))
 
 
-def _reduction_group(node):
+def fused_node_group(node):
     """A fused node's group: its reduction member's, as the C++ kernel loops."""
     return max(node.snodes, key=lambda n: int(n.is_reduction())).group
 
@@ -72,7 +72,7 @@ def _groups_agree(fused) -> bool:
     ``CppKernelProxy.codegen_functions`` accepts a member whose sizes are the
     group, the group flattened, or the group's iteration part (a suffix).
     """
-    _, (group, reduction_group) = _reduction_group(fused)
+    _, (group, reduction_group) = fused_node_group(fused)
     accepted = [
         (group, reduction_group),
         (tuple(group) + tuple(reduction_group), ()),
@@ -113,7 +113,7 @@ def merge_loops_consistently(node) -> None:
             snapshot.restore()
             merged = _merge_members_together(node.get_nodes())
             if merged:
-                node.group = _reduction_group(node)
+                node.group = fused_node_group(node)
                 merged = _groups_agree(node)
     if not merged:
         loop_ordering_log.debug(
@@ -139,7 +139,7 @@ def _merge_member(node) -> bool:
         sn.merge_loops()
         _recompute_group(sn)
     if isinstance(node, FusedSchedulerNode):
-        node.group = _reduction_group(node)
+        node.group = fused_node_group(node)
         return _groups_agree(node)
     return True
 
@@ -166,7 +166,7 @@ def _merge_outer_loop_fused(node) -> bool:
     if len(new_prefixes) != 1:
         return False
     node.outer_loop_fusion_depth = len(new_prefixes.pop())
-    node.group = _reduction_group(node)
+    node.group = fused_node_group(node)
     return True
 
 
@@ -186,10 +186,10 @@ def _merge_below_outer_levels(node) -> bool:
             _merge_loops_below(sn, depth)
             _recompute_group(sn)
         if isinstance(member, _fused_node_cls()):
-            member.group = _reduction_group(member)
+            member.group = fused_node_group(member)
             if not _groups_agree(member):
                 return False
-    node.group = _reduction_group(node)
+    node.group = fused_node_group(node)
     return True
 
 
@@ -233,10 +233,10 @@ def _merge_fully_fused_outer_members(node) -> bool:
     node.outer_loop_fusion_depth = len(snodes[0]._body.sizes[0])
     for member in node.get_outer_nodes():
         if isinstance(member, _fused_node_cls()):
-            member.group = _reduction_group(member)
+            member.group = fused_node_group(member)
             if not _groups_agree(member):
                 return False
-    node.group = _reduction_group(node)
+    node.group = fused_node_group(node)
     return True
 
 
@@ -448,7 +448,7 @@ def refresh_group_after_reorder(node) -> None:
     if not node.is_cpu():
         return
     if isinstance(node, FusedSchedulerNode):
-        node.group = _reduction_group(node)
+        node.group = fused_node_group(node)
     else:
         _recompute_group(node)
 
@@ -733,5 +733,5 @@ def _merge_for_fusion(node) -> None:
         sn.apply_loop_body(sn._body.merge_loops())
         _recompute_group(sn)
     if isinstance(node, FusedSchedulerNode):
-        node.group = _reduction_group(node)
+        node.group = fused_node_group(node)
         refresh_group_node_dependencies(node)
