@@ -222,6 +222,122 @@ def test_a_consumer_reading_another_pixel_keeps_its_nests():
     assert patched.total_nests == stock.total_nests
 
 
+def _check_statistics_tiled(
+    code: str, batch: int, channels: int, pixels: int, tile: int
+):
+    """One nest: batch, tile index, the three statistics members over the
+    tile (maximum, sum of exponentials, log), then the output over
+    (channel, tile)."""
+    check = FileCheck().check(_loop(batch)).check(_loop(pixels // tile))
+    for _ in range(3):
+        check = check.check(_loop(tile))
+    check.check(_loop(channels)).check(_loop(tile)).run(code)
+
+
+def test_log_softmax_statistics_fused_over_all_loops_join_their_output(
+    pair_exceeds_the_cache,
+):
+    # 48 channels: the maximum, the sum and its log merge into one nest fused
+    # over (N, P); tiled, (N, P/T, T) fused over (N, P/T), which the tiled
+    # output shares.  The consumer reads 48 inputs and 2 statistics a pixel.
+    x = torch.randn(4, 48, 32, 32)
+    stock, patched = _stock_and_patched(log_softmax_over_channels, x)
+    assert (stock.nests, patched.nests) == ([3], [1])
+    tile = _tile(32 * 32, 50 * 4, channels=48)
+    _check_statistics_tiled(patched.kernels[0], 4, 48, 32 * 32, tile)
+
+
+def test_statistics_over_many_channels_take_the_smallest_tile_in_l2(
+    pair_exceeds_the_cache,
+):
+    # 150 channels (a segmentation head): 64 pixels of 152 floats exceed
+    # TILE_BYTES_IN_CACHE, so no tile fits in L1; the smallest fits in L2.
+    x = torch.randn(2, 150, 32, 32)
+    assert min_tile(4) * 152 * 4 > TILE_BYTES_IN_CACHE
+    assert min_tile(4) * 152 * 4 <= BLOCK_BYTES_IN_CACHE
+    _, patched = _stock_and_patched(log_softmax_over_channels, x)
+    assert patched.nests == [1]
+    _check_statistics_tiled(patched.kernels[0], 2, 150, 32 * 32, min_tile(4))
+
+
+def test_statistics_whose_pair_fits_in_the_cache_stay_apart(monkeypatch):
+    # In cache the tiled walk costs more than the output's re-read it saves.
+    monkeypatch.setattr(costs, "last_level_cache_bytes", lambda: 32 << 20)
+    x = torch.randn(4, 48, 32, 32)
+    patched = compile_shipped_and_inspect(
+        log_softmax_over_channels, (x,), extra_config=THREADS
+    )
+    untiled = compile_shipped_and_inspect(
+        log_softmax_over_channels,
+        (x,),
+        extra_config={**THREADS, "cpp.outer_block_tiles": False},
+    )
+    assert patched.kernels == untiled.kernels
+    assert patched.total_nests > 1
+
+
+def test_statistics_read_at_another_pixel_stay_apart(pair_exceeds_the_cache):
+    # The output reads the log-sum-exp of the previous pixel, across tiles.
+    def shifted(x):
+        return x - torch.roll(torch.logsumexp(x, 1, keepdim=True), 1, -1)
+
+    x = torch.randn(4, 48, 32, 32)
+    stock, patched = _stock_and_patched(shifted, x)
+    assert patched.total_nests >= 2
+    assert patched.total_nests <= stock.total_nests
+
+
+def normalized_over_channels(x):
+    # mean and variance fuse into one node, an outer-loop fused member
+    return (x - x.mean(1, keepdim=True)) / (x.var(1, keepdim=True) + 1e-5).sqrt()
+
+
+@pytest.mark.parametrize(
+    "fn, loop_ordering",
+    # log_softmax's members are its three leaves; with loop ordering after
+    # fusion off, the norm's mean and variance are one fused member, whose
+    # group that ordering's merge after fusion would otherwise recompute
+    [(log_softmax_over_channels, True), (normalized_over_channels, False)],
+)
+def test_a_refused_statistics_fusion_restores_their_loops(
+    fn, loop_ordering, pair_exceeds_the_cache, monkeypatch
+):
+    # The scheduler may refuse the pair after the tiles were applied (here:
+    # every vertical fusion into the three statistics); its rollback must
+    # restore the statistics' fused members and fusion depth with their
+    # leaves, giving the code of a compile that never tiled them.
+    config = {**THREADS, "cpp.loop_ordering_after_fusion": loop_ordering}
+    from torch._inductor.choices import InductorChoices
+    from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
+
+    import torch._inductor.cpp_outer_block_tiles as tiles
+
+    original = InductorChoices.can_fuse_vertical
+
+    def refuse_outer_fused(scheduler, node1, node2, shared_data_score):
+        if isinstance(node1, OuterLoopFusedSchedulerNode) and len(node1.snodes) == 3:
+            return False
+        return original(scheduler, node1, node2, shared_data_score)
+
+    monkeypatch.setattr(
+        InductorChoices, "can_fuse_vertical", staticmethod(refuse_outer_fused)
+    )
+    x = torch.randn(4, 48, 32, 32)
+    calls = []
+    extended = tiles._extended_fusion_score
+
+    def counted(*args):
+        calls.append(extended(*args))
+        return calls[-1]
+
+    monkeypatch.setattr(tiles, "_extended_fusion_score", counted)
+    tiled_then_refused = compile_shipped_and_inspect(fn, (x,), extra_config=config)
+    assert any(score > 0 for score in calls)
+    monkeypatch.setattr(tiles, "_fused_statistics_depth", lambda *args: None)
+    never_tiled = compile_shipped_and_inspect(fn, (x,), extra_config=config)
+    assert tiled_then_refused.kernels == never_tiled.kernels
+
+
 def _accesses(write_index, read_index):
     """Write and read of one buffer over (n, tile index, c, lane) loops
     (4, 32, 3, 2048), split at the fused depth 2."""

@@ -26,6 +26,13 @@ where an image exceeds the budget.  A tile's block is then C runs of T
 pixels, not one dense range: ``same_digit_block`` checks such blocks for
 cpp_outer_block_fusion.py.
 
+log_softmax over many channels reaches it a third way: its maximum, sum
+and log merge into one outer-loop fused node over all of (N, H, W), which
+cpp_outer_block_fusion.py does not extend.  Merged to (N, P) and tiled,
+the statistics loop over (N, P/T, T), fused over (N, P/T), and the tiled
+output joins them there (``_fused_statistics_depth``).  Where no tile's
+block fits in L1 (150 channels), the smallest tile keeps it in L2.
+
 The tiling is speculative: it is applied inside ``Scheduler.can_fuse``
 (whose tracker rolls loop mutations back when the fusion is refused), only
 where cpp_outer_block_fusion.py refused the pair for its cache budget alone,
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 
 import sympy
 
@@ -47,17 +55,20 @@ import torch
 
 from . import config, cpp_fusion_costs, dependencies
 from .cpp_fusion_costs import (
+    BLOCK_BYTES_IN_CACHE,
     feeds_every_thread,
     min_tile,
     TILE_BYTES_IN_CACHE,
     tile_lanes,
 )
+from .cpp_loop_ordering import _merge_loops_below, fused_node_group
 from .cpp_outer_block_fusion import (
     _bounds,
     _bytes_read,
     _reads_by_block,
     _shared_buffers,
     block_fusion_refused_for_size,
+    block_fusion_score_at,
     outer_block_fusion_score,
     register_block_check,
 )
@@ -73,14 +84,26 @@ from .virtualized import V
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
 
+# Outer-loop fused statistics whose pixels this module tiled for a consumer
+# to join (it asks again, on the tiled pair, when it fuses it).
+_TILED_STATISTICS: weakref.WeakSet = weakref.WeakSet()
+
 
 def tiled_block_fusion_score(scheduler, node1, node2) -> int:
     """Bytes shared by an outer-block fusion of the pair over tiles of the
     innermost loop, with the tiling applied; 0 (and nothing changed) if none."""
-    depth = block_fusion_refused_for_size(scheduler, node1, node2)
+    score = _tiled_statistics_score(scheduler, node1, node2)
+    if score:
+        return score
+    depth = _fused_statistics_depth(scheduler, node1, node2)
+    extends_outer_fusion = depth is not None
+    if depth is None:
+        depth = block_fusion_refused_for_size(scheduler, node1, node2)
     if depth is None and _reads_by_block_alone(scheduler, node1, node2):
         depth = 0  # the pixel tiles become the only shared outer loop
     if depth is None or _pointwise_pair_stays_cached(node1, node2):
+        return 0
+    if extends_outer_fusion and _pair_stays_cached(node1, node2):
         return 0
     leaves1, leaves2 = _leaves(node1), _leaves(node2)
     if leaves1 is None or leaves2 is None:
@@ -89,13 +112,20 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
     if not all(sn._loop_mutation_listener is not None for sn in leaves1 + leaves2):
         return 0  # outside can_fuse's rollback scope: never mutate
     saved = _LoopStateSnapshot.create((node1, node2))
-    tile = _merge_loops_and_pick_tile(pair, depth)
+    tile = _merge_loops_and_pick_tile(pair, depth, extends_outer_fusion)
+    if extends_outer_fusion and not _fuse_merged_pixels(node1, depth):
+        tile = None
     score = 0
     if tile is not None:
         for node, leaves in pair:
             _apply(node, leaves, lambda body: _tiled_body(body, depth, tile))
-        score = outer_block_fusion_score(scheduler, node1, node2)
+        if extends_outer_fusion:
+            score = _extended_fusion_score(scheduler, node1, node2, depth + 1)
+        else:
+            score = outer_block_fusion_score(scheduler, node1, node2)
     if score > 0:
+        if extends_outer_fusion:
+            _TILED_STATISTICS.add(node1)
         fusion_log.debug(
             "outer-block tiles: %s -> %s fused over tiles of %d of the innermost loop",
             node1.get_name(),
@@ -122,6 +152,12 @@ def _pointwise_pair_stays_cached(node1, node2) -> bool:
     _, (_, reduction_sizes) = node1.group
     if node1.group != node2.group or reduction_sizes:
         return False
+    return _pair_stays_cached(node1, node2)
+
+
+def _pair_stays_cached(node1, node2) -> bool:
+    """Whether the buffers the pair reads and writes fit in the last-level
+    cache together."""
     touched = 0
     for name in _buffers_of(node1, node2):
         numel = V.graph.get_numel(name)
@@ -129,6 +165,86 @@ def _pointwise_pair_stays_cached(node1, node2) -> bool:
             return False
         touched += int(numel) * V.graph.get_dtype(name).itemsize
     return touched <= cpp_fusion_costs.last_level_cache_bytes()
+
+
+def _fused_statistics_depth(scheduler, node1, node2) -> int | None:
+    """The outer loops a consumer shares with an outer-loop fused node of
+    statistics, if tiling the statistics' last loop lets it join them.
+
+    log_softmax's maximum, sum and log over (N, H, W) merge into one nest
+    fused over all its loops (an element-wise outer-loop fusion), while its
+    output loops over (N, C, H, W) and reads them pixel by pixel.  Merged
+    and tiled, the statistics loop over (N, P/T, T), fused over (N, P/T),
+    which the tiled output shares: it joins as a third member.
+    cpp_outer_block_fusion.py does not extend element-wise outer fusions,
+    for a failed merge in codegen would unfuse all their members; 0012's
+    regroup (required here) then generates the statistics fused, and the
+    output on its own.  Where the pair's buffers fit in the last-level cache
+    the tiled walk costs more than the re-read it saves (LayerNorm over the
+    channels of a small feature map): such pairs are left alone.  Returns
+    the loops shared before tiling (N's).
+    """
+    from .codegen.cpp import OuterLoopFusedSchedulerNode
+
+    if type(node1) is not OuterLoopFusedSchedulerNode:
+        return None
+    if not (config.cpp.outer_block_fusion and config.cpp.outer_loop_regroup):
+        return None
+    if not (node1.get_operation_names() & node2.ancestors):
+        return None
+    sizes1, sizes2 = _iter_sizes(node1), _iter_sizes(node2)
+    if sizes1 is None or sizes2 is None or node1.outer_loop_fusion_depth != len(sizes1):
+        return None  # the statistics' pixel loops must be fused, to be tiled
+    if len(sizes2) <= len(sizes1):
+        return None  # the output has a loop more: the channels
+    depth = 0
+    while depth < len(sizes1) and sizes1[depth] == sizes2[depth]:
+        depth += 1
+    pixels = sizes1[depth:]
+    if depth < 1 or not pixels or sizes2[-len(pixels) :] != pixels:
+        return None  # not (outer..., pixels) against (outer..., C, pixels)
+    if not _shared_buffers(scheduler, node1, node2, depth):
+        return None
+    return depth
+
+
+def _tiled_statistics_score(scheduler, node1, node2) -> int:
+    """Bytes shared by a consumer joining statistics tiled as above, still
+    fused over all their loops but the tile's lanes (the scheduler asks
+    again for the tiled pair when it fuses it); 0 for any other pair, such
+    as an outer-loop fusion stock made over fewer than all its loops."""
+    from .codegen.cpp import OuterLoopFusedSchedulerNode
+
+    if type(node1) is not OuterLoopFusedSchedulerNode or node1 not in _TILED_STATISTICS:
+        return 0
+    if not (config.cpp.outer_block_fusion and config.cpp.outer_loop_regroup):
+        return 0
+    sizes = _iter_sizes(node1)
+    depth = node1.outer_loop_fusion_depth
+    if sizes is None or depth != len(sizes) - 1 or depth < 1:
+        return 0
+    if not (node1.get_operation_names() & node2.ancestors):
+        return 0
+    return _extended_fusion_score(scheduler, node1, node2, depth)
+
+
+def _fuse_merged_pixels(node, depth: int) -> bool:
+    """Keep the merged statistics fused over all their loops, now ``depth``
+    shared ones and the pixels; False if the merge left another shape."""
+    sizes = _iter_sizes(node)
+    if sizes is None or len(sizes) != depth + 1:
+        return False
+    node.outer_loop_fusion_depth = depth + 1
+    return True
+
+
+def _extended_fusion_score(scheduler, node1, node2, depth: int) -> int:
+    """Bytes shared by the tiled consumer joining the tiled outer-loop fused
+    node over ``depth`` loops, where the backend fuses them over as many."""
+    backend = scheduler.get_backend(node1.get_device())
+    if backend._get_outer_loop_fusion_depth(node1, node2) != depth:
+        return 0
+    return block_fusion_score_at(scheduler, node1, node2, depth)
 
 
 def _reads_by_block_alone(scheduler, node1, node2) -> bool:
@@ -145,23 +261,37 @@ def _reads_by_block_alone(scheduler, node1, node2) -> bool:
     return _reads_by_block(node1.get_nodes(), node2)
 
 
-def _merge_loops_and_pick_tile(pair, depth: int) -> int | None:
+def _merge_loops_and_pick_tile(pair, depth: int, statistics: bool) -> int | None:
     """Merge each node's loops (loop ordering after fusion leaves H and W
     apart), then pick the tile; None if the merge changed the shared outer
-    loops or split a node's members apart."""
+    loops or split a node's members apart.  ``statistics``: node1 is an
+    outer-loop fused node of statistics; only the loops after the shared
+    ones merge (a pointwise member would merge N with the pixels, away from
+    its reduction members)."""
     outer = [_iter_sizes(node) for node, _ in pair]
     for node, leaves in pair:
-        _apply(node, leaves, lambda body: body.merge_loops())
+        if statistics:
+            for sn in leaves:
+                _merge_loops_below(sn, depth)
+            _regroup(node, leaves)
+        else:
+            _apply(node, leaves, lambda body: body.merge_loops())
     (node1, _), (node2, _) = pair
     for (node, _), before in zip(pair, outer):
         after = _iter_sizes(node) if _leaves(node) is not None else None
         if before is None or after is None or after[:depth] != before[:depth]:
             return None
-    return _tile_size(node1, node2, depth)
+    return _tile_size(node1, node2, depth, in_l2=statistics)
 
 
 def _leaves(node) -> list[SchedulerNode] | None:
-    if type(node) not in (SchedulerNode, FusedSchedulerNode):
+    from .codegen.cpp import OuterLoopFusedSchedulerNode
+
+    if type(node) not in (
+        SchedulerNode,
+        FusedSchedulerNode,
+        OuterLoopFusedSchedulerNode,
+    ):
         return None
     leaves = list(node.get_nodes())
     if not all(isinstance(sn, SchedulerNode) for sn in leaves):
@@ -179,8 +309,11 @@ def _iter_sizes(node) -> list[int] | None:
     return [int(s) for s in sizes]
 
 
-def _tile_size(node1, node2, depth: int) -> int | None:
-    """The largest tile of the innermost loop whose block fits in cache.
+def _tile_size(node1, node2, depth: int, in_l2: bool) -> int | None:
+    """The largest tile of the innermost loop whose block fits in L1; with
+    ``in_l2``, else the smallest, if its block fits in L2 (statistics over
+    many channels: the tiled consumer reads its input from L2, not memory;
+    other pairs ran slower with blocks beyond L1 than untiled).
 
     Both nodes must end with the same innermost extent, beyond the shared
     outer loops; the tile is whole vectors of the narrowest dtype either node
@@ -196,13 +329,18 @@ def _tile_size(node1, node2, depth: int) -> int | None:
     read_per_element = _bytes_read(node2) / (outer * extent)
     itemsize = _narrowest_itemsize(node1, node2)
     lanes, fewest = tile_lanes(itemsize), min_tile(itemsize)
-    for tile in range(extent // 2 // lanes * lanes, fewest - 1, -lanes):
-        if extent % tile or tile * read_per_element > TILE_BYTES_IN_CACHE:
-            continue
-        if tile in (_middle_extent(sizes1, depth), _middle_extent(sizes2, depth)):
-            continue  # the tiled nodes would share one more loop than meant
-        return tile if feeds_every_thread(outer * (extent // tile)) else None
-    return None
+    middles = (_middle_extent(sizes1, depth), _middle_extent(sizes2, depth))
+    tiles = [
+        tile
+        for tile in range(extent // 2 // lanes * lanes, fewest - 1, -lanes)
+        if extent % tile == 0 and tile not in middles  # one more shared loop
+    ]
+    fit_l1 = [t for t in tiles if t * read_per_element <= TILE_BYTES_IN_CACHE]
+    fit_l2 = [t for t in tiles[-1:] if t * read_per_element <= BLOCK_BYTES_IN_CACHE]
+    picks = fit_l1[:1] or (fit_l2 if in_l2 else [])
+    if not picks or not feeds_every_thread(outer * (extent // picks[0])):
+        return None
+    return picks[0]
 
 
 def _narrowest_itemsize(node1, node2) -> int:
@@ -224,16 +362,24 @@ def _middle_extent(sizes: list[int], depth: int) -> int | None:
 
 
 def _apply(node, leaves, transform) -> None:
-    """Give every leaf of node the loop body transform(body), and node the
-    leaves' new group."""
+    """Give every leaf of node the loop body transform(body), and node (and
+    the fused nodes an outer-loop fused node holds) the leaves' new group."""
     for sn in leaves:
         sn.apply_loop_body(transform(sn._body))
+    _regroup(node, leaves)
+
+
+def _regroup(node, leaves) -> None:
+    """The groups of leaves whose loops changed, and of the nodes fusing them."""
+    for sn in leaves:
         device = sn.get_device()
         backend = sn.scheduler.get_backend(device)
         sn.group = (device, backend.group_fn(sn.get_ranges()))
-    if isinstance(node, FusedSchedulerNode):
-        node.group = leaves[0].group
-        refresh_group_node_dependencies(node)
+    members = getattr(node, "outer_fused_nodes", [])
+    for fused in [*members, node]:
+        if isinstance(fused, FusedSchedulerNode):
+            fused.group = fused_node_group(fused)
+            refresh_group_node_dependencies(fused)
 
 
 def _tiled_body(body: LoopBody, depth: int, tile: int) -> LoopBody:
