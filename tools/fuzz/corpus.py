@@ -244,6 +244,33 @@ CORPUS = (
         [(1, 3, 128, 384)],
         ["softmax", "reduce", "binary"],
     ),
+    # 0019 on statistics fused over (N, H, W): log_softmax over 48 channels
+    # (a 768 KiB pair under a 256 KiB "cache") joins its output over pixel
+    # tiles
+    _case(
+        "    v1 = torch.log_softmax(x0, dim=1)\n    return (v1,)\n",
+        [(2, 48, 32, 32)],
+        ["softmax"],
+        cache_bytes=262144,
+    ),
+    # ... where the output reads the statistics of the previous pixel,
+    # across tile borders
+    _case(
+        "    v1 = x0.amax(1, keepdim=True)\n"
+        "    v2 = (x0 - v1).exp().sum(1, keepdim=True).log()\n"
+        "    v3 = x0 - torch.roll(v1 + v2, 1, -1)\n"
+        "    return (v3,)\n",
+        [(2, 48, 1024)],
+        ["reduce", "unary", "binary"],
+        cache_bytes=262144,
+    ),
+    # ... over 150 channels: no tile's block fits in L1, the smallest in L2
+    _case(
+        "    v1 = torch.log_softmax(x0, dim=1)\n    return (v1,)\n",
+        [(2, 150, 16, 16)],
+        ["softmax"],
+        cache_bytes=262144,
+    ),
     # 0020: erf stored once before GroupNorm(4, 8) over (1, 8, 2), whose
     # groups of 4 are unrolled: erf's merged loop of 16 is split into the 4
     # groups and joins the statistics' fusion in front

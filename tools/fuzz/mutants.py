@@ -831,6 +831,22 @@ MUTANTS = (
         cost_only="a refused tiling leaves each node's loops re-expressed over "
         "the same elements; later fusion decisions check the tiled loops",
     ),
+    Mutant(
+        "0019",
+        "statistics-joined-unchecked",
+        TILES,
+        "    return block_fusion_score_at(scheduler, node1, node2, depth)\n",
+        "    return _bytes_read(node2)\n",
+        "check",
+        # a double fault: the untiled pair's reads are checked first
+        also=(
+            (
+                "    if not _shared_buffers(scheduler, node1, node2, depth):\n"
+                "        return None\n    return depth\n",
+                "    return depth\n",
+            ),
+        ),
+    ),
     # 0020 outer-block prepend: its legality is 0009's checks on the split
     # producer; the split itself must keep every element where it was
     Mutant(

@@ -173,6 +173,13 @@ REACH = (
         lambda a, r: r > 0,
     ),
     Decision(
+        "0019",
+        "outer-block tiles (statistics joined)",
+        "cpp_outer_block_tiles",
+        "_extended_fusion_score",
+        lambda a, r: r > 0,
+    ),
+    Decision(
         "0020",
         "outer-block prepend",
         "cpp_outer_block_prepend",
