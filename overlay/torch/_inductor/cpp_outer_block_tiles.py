@@ -184,13 +184,7 @@ def _fused_statistics_depth(scheduler, node1, node2) -> int | None:
     channels of a small feature map): such pairs are left alone.  Returns
     the loops shared before tiling (N's).
     """
-    from .codegen.cpp import OuterLoopFusedSchedulerNode
-
-    if type(node1) is not OuterLoopFusedSchedulerNode:
-        return None
-    if not (config.cpp.outer_block_fusion and config.cpp.outer_loop_regroup):
-        return None
-    if not (node1.get_operation_names() & node2.ancestors):
+    if not _outer_fused_producer_and_consumer(node1, node2):
         return None
     sizes1, sizes2 = _iter_sizes(node1), _iter_sizes(node2)
     if sizes1 is None or sizes2 is None or node1.outer_loop_fusion_depth != len(sizes1):
@@ -213,19 +207,27 @@ def _tiled_statistics_score(scheduler, node1, node2) -> int:
     fused over all their loops but the tile's lanes (the scheduler asks
     again for the tiled pair when it fuses it); 0 for any other pair, such
     as an outer-loop fusion stock made over fewer than all its loops."""
-    from .codegen.cpp import OuterLoopFusedSchedulerNode
-
-    if type(node1) is not OuterLoopFusedSchedulerNode or node1 not in _TILED_STATISTICS:
+    if node1 not in _TILED_STATISTICS:
         return 0
-    if not (config.cpp.outer_block_fusion and config.cpp.outer_loop_regroup):
+    if not _outer_fused_producer_and_consumer(node1, node2):
         return 0
     sizes = _iter_sizes(node1)
     depth = node1.outer_loop_fusion_depth
     if sizes is None or depth != len(sizes) - 1 or depth < 1:
         return 0
-    if not (node1.get_operation_names() & node2.ancestors):
-        return 0
     return _extended_fusion_score(scheduler, node1, node2, depth)
+
+
+def _outer_fused_producer_and_consumer(node1, node2) -> bool:
+    """Whether node1 is an outer-loop fused node that node2 consumes, with
+    the block fusion and the regroup fallback the statistics join needs."""
+    from .codegen.cpp import OuterLoopFusedSchedulerNode
+
+    if type(node1) is not OuterLoopFusedSchedulerNode:
+        return False
+    if not (config.cpp.outer_block_fusion and config.cpp.outer_loop_regroup):
+        return False
+    return bool(node1.get_operation_names() & node2.ancestors)
 
 
 def _fuse_merged_pixels(node, depth: int) -> bool:
