@@ -110,6 +110,28 @@ def test_a_chain_larger_than_half_the_cache_keeps_one_level(monkeypatch):
     assert patched.kernels == off.kernels
 
 
+def test_a_chain_over_close_rows_keeps_one_level():
+    """log_softmax over the 1000 channels of flattened 7x7 maps: rows 196
+    bytes apart, which the column walk follows within a page.  The blocks
+    would gain nothing on the walk and cost the chain its fused second walk
+    (a pass more); one level.  The same chain over rows of 768 floats (3 KiB
+    apart) splits, as does a lone sum over the close rows."""
+
+    def fn(x):
+        return torch.log_softmax(x, 1)
+
+    x = torch.randn(32, 1000, 49)
+    assert 49 * 4 < costs.OUTER_REDUCTION_CHAIN_MIN_ROW_STRIDE_BYTES <= 768 * 4
+    patched = compile_shipped_and_inspect(fn, (x,))
+    off = compile_shipped_and_inspect(fn, (x,), extra_config=BLOCKS_OFF)
+    assert patched.kernels == off.kernels
+    FileCheck().check_not(_partials((32, 1, 49, 50))).run(_wrapper(fn, x))
+    wide = _wrapper(fn, torch.randn(4, 1000, 768))
+    FileCheck().check(_partials((4, 1, 768, 50))).run(wide)
+    lone = _wrapper(lambda x: x.sum(1), x)
+    FileCheck().check(_partials((32, 49, 50))).run(lone)
+
+
 def test_a_lone_reduction_splits_whatever_its_size(monkeypatch):
     """No second reduction re-reads the input: the 8 MB input splits under
     a 4 MiB cache too."""

@@ -312,3 +312,11 @@ OUTER_REDUCTION_MIN_BYTES = 64 * 1024
 # in this fraction of the last-level cache: the second reduction re-reads
 # the input after all of the first one's blocks, from the cache if it fits.
 OUTER_REDUCTION_CHAIN_FRACTION = 2
+# ...and only where its rows lie at least this many bytes apart.  A column
+# walk whose rows are closer (a softmax over the channels of a 7x7 or 14x14
+# map: 196 or 784 bytes) stays within a page for several rows, a stride the
+# hardware prefetcher follows; the blocks then gain nothing on the walk and
+# cost the chain its fused second walk from L1 (the second reduction re-reads
+# the input after all of the first one's blocks, one more pass).  From 2 KiB
+# a walk enters a new page at least every other row.
+OUTER_REDUCTION_CHAIN_MIN_ROW_STRIDE_BYTES = 2048

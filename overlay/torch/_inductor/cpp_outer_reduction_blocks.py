@@ -37,7 +37,9 @@ backend is not the C++ one, a size is symbolic, the reduction is not an
 outer one, the input is too small for the column walk to leave the cache
 (``OUTER_REDUCTION_MIN_BYTES``), or the reduction is one of a chain (a
 softmax's max and sum of exps, ``in_a_reduction_chain``) over an input too
-large to stay in the last-level cache (``chain_stays_cached_bytes``).
+large to stay in the last-level cache (``chain_stays_cached_bytes``) or
+whose rows lie too close for the column walk to leave a page
+(``OUTER_REDUCTION_CHAIN_MIN_ROW_STRIDE_BYTES``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import sympy
 from . import config, cpp_fusion_costs as costs
 from .cpp_fusion_costs import (
     OUTER_REDUCTION_BLOCK_ROWS,
+    OUTER_REDUCTION_CHAIN_MIN_ROW_STRIDE_BYTES,
     OUTER_REDUCTION_MIN_BYTES,
     OUTER_REDUCTION_MIN_ROW,
     OUTER_REDUCTION_CHAIN_FRACTION,
@@ -78,11 +81,24 @@ def split_for_outer_reduction(
     input_bytes = int(sympy.prod(sizes)) * src_dtype.itemsize
     if rows < 2 * OUTER_REDUCTION_BLOCK_ROWS or input_bytes < OUTER_REDUCTION_MIN_BYTES:
         return 1
-    if not is_outer_reduction(inner_fn, ranges, reduction_ranges):
+    row_stride = outer_reduction_row_stride(inner_fn, ranges, reduction_ranges)
+    if row_stride is None:
         return 1
-    if input_bytes > chain_stays_cached_bytes() and in_a_reduction_chain():
+    if in_a_reduction_chain() and not chain_gains_from_blocks(
+        input_bytes, row_stride * src_dtype.itemsize
+    ):
         return 1
     return -(-rows // block_rows(rows))
+
+
+def chain_gains_from_blocks(input_bytes: int, row_stride_bytes: int) -> bool:
+    """Whether a reduction of a chain gains from blocks: its input stays in
+    the last-level cache for the second reduction's read, and its rows are
+    far enough apart that the column walk leaves a page every row or two."""
+    return (
+        input_bytes <= chain_stays_cached_bytes()
+        and row_stride_bytes >= OUTER_REDUCTION_CHAIN_MIN_ROW_STRIDE_BYTES
+    )
 
 
 def chain_stays_cached_bytes() -> int:
@@ -156,6 +172,12 @@ def block_rows(rows: int) -> int:
 def is_outer_reduction(inner_fn, ranges, reduction_ranges) -> bool:
     """Every read that varies with the reduction strides over it, and is
     contiguous along an output dim long enough to vectorize."""
+    return outer_reduction_row_stride(inner_fn, ranges, reduction_ranges) is not None
+
+
+def outer_reduction_row_stride(inner_fn, ranges, reduction_ranges) -> int | None:
+    """For an outer reduction (``is_outer_reduction``), the smallest stride
+    in elements over which a read walks the reduction; None for any other."""
     from .dependencies import extract_read_writes
     from .ir import FlexibleLayout
 
@@ -169,8 +191,16 @@ def is_outer_reduction(inner_fn, ranges, reduction_ranges) -> bool:
     extents = {v: int(var_ranges[v]) for v in out_vars}
     reads = [d for d in rw.reads if hasattr(d, "index")]
     walked = [d.index for d in reads if set(red_vars) & d.index.free_symbols]
-    return bool(walked) and all(
+    if not walked or not all(
         _strides_rows(index, out_vars, red_vars, extents) for index in walked
+    ):
+        return None
+    sizevars = V.graph.sizevars
+    return min(
+        abs(s)
+        for index in walked
+        for s in sizevars.stride_hints(index, red_vars)
+        if s != 0
     )
 
 
