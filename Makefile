@@ -23,7 +23,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes bench-models bench-compile-time bench-counts fuzz fuzz-mutants build wheel rebase-check pr lint upstream-test clean
+.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes bench-models bench-compile-time bench-counts fuzz fuzz-mutants build wheel rebase-check pr lint upstream-test upstream-test-merge clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -54,8 +54,10 @@ help:
 	@echo "                 would the series apply to that upstream tree? per patch and hunk"
 	@echo "make pr [PYTORCH_SRC=/path [ONTO=ref]]"
 	@echo "                 git format-patch set + PR_DESCRIPTION.md against v$(TORCH_VERSION) -> build/pr/"
-	@echo "make upstream-test PYTORCH_SRC=/path [UPSTREAM_TESTS=.. UPSTREAM_K=.. UPSTREAM_FLAGS=..]"
-	@echo "                 upstream's inductor CPU tests from the checkout, stock vs patched"
+	@echo "make upstream-test PYTORCH_SRC=/path [UPSTREAM_SHARD=i/N UPSTREAM_WORKERS=n"
+	@echo "                 UPSTREAM_TESTS=.. UPSTREAM_K=.. UPSTREAM_FLAGS=..]"
+	@echo "                 upstream's inductor CPU suites, stock vs patched (hours)"
+	@echo "make upstream-test-merge [UPSTREAM_RUNS=dirs]  one report from the shards' runs"
 	@echo "make clean       remove the venvs and caches"
 
 # Venvs are built once (the stamp); the overlay is applied on every
@@ -242,20 +244,35 @@ pr: stock-venv
 	$(PYTHON) -m tools.pr $(if $(PYTORCH_SRC),--pytorch-src "$(PYTORCH_SRC)") \
 	  $(if $(ONTO),--onto "$(ONTO)") $(PR_ARGS)
 
-# make upstream-test: tools/upstream_test.py.  Test files from PYTORCH_SRC,
-# torch from .venv-stock and .venv; UPSTREAM_FLAGS are extra runs, each a
-# space-separated ENV=VALUE list, ";" between runs.
-UPSTREAM_TESTS ?= test/inductor/test_cpu_repro.py
-UPSTREAM_K ?= outer_loop or local_buffer or group_norm or layer_norm or softmax
-UPSTREAM_FLAGS ?= TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION=0
+# make upstream-test: tools/upstream_test.py.  Test files from PYTORCH_SRC (a
+# checkout, or a directory holding upstream's test/inductor files), torch from
+# .venv-stock and .venv.  The default is the CPU suites in full (SUITES in the
+# tool; hours on 2 cores).  UPSTREAM_SHARD=I/N runs one shard (one CI job),
+# UPSTREAM_WORKERS=n runs pytest-xdist workers; `make upstream-test-merge
+# UPSTREAM_RUNS="dir1 dir2 ..."` makes the one report of the shards.
+# UPSTREAM_FLAGS are extra runs, each a space-separated ENV=VALUE list, ";"
+# between runs.  UPSTREAM_K, when set, is the -k of every file.
+UPSTREAM_TESTS ?= test/inductor/test_cpu_repro.py test/inductor/test_torchinductor.py \
+  test/inductor/test_torchinductor_dynamic_shapes.py test/inductor/test_loop_ordering.py \
+  test/inductor/test_torchinductor_opinfo.py
+UPSTREAM_K ?=
+UPSTREAM_SHARD ?= 1/1
+UPSTREAM_WORKERS ?= 1
+UPSTREAM_FLAGS ?=
+UPSTREAM_OUT ?= build/upstream-test$(if $(filter-out 1/1,$(UPSTREAM_SHARD)),/shard-$(subst /,-of-,$(UPSTREAM_SHARD)))
+UPSTREAM_RUNS ?= $(wildcard build/upstream-test/shard-*)
 UPSTREAM_ARGS ?=
 upstream-test:
-	@$(PYTHON) -m tools.upstream_test --check-only --pytorch-src "$(PYTORCH_SRC)" \
-	  --tests "$(UPSTREAM_TESTS)"
+	@$(PYTHON) -m tools.upstream_test run --check-only --pytorch-src "$(PYTORCH_SRC)" \
+	  --tests "$(UPSTREAM_TESTS)" --shard "$(UPSTREAM_SHARD)"
 	@$(MAKE) --no-print-directory install stock-venv
-	$(VENV_PY) -m tools.upstream_test --pytorch-src "$(PYTORCH_SRC)" \
-	  --tests "$(UPSTREAM_TESTS)" -k "$(UPSTREAM_K)" --variants "$(UPSTREAM_FLAGS)" \
-	  $(UPSTREAM_ARGS)
+	$(VENV_PY) -m tools.upstream_test run --pytorch-src "$(PYTORCH_SRC)" \
+	  --tests "$(UPSTREAM_TESTS)" $(if $(UPSTREAM_K),-k "$(UPSTREAM_K)") \
+	  --shard "$(UPSTREAM_SHARD)" -n "$(UPSTREAM_WORKERS)" --variants "$(UPSTREAM_FLAGS)" \
+	  --out "$(UPSTREAM_OUT)" $(UPSTREAM_ARGS)
+
+upstream-test-merge:
+	$(PYTHON) -m tools.upstream_test merge $(UPSTREAM_RUNS) --out build/upstream-test
 
 clean:
 	rm -rf $(VENV) $(STOCK_VENV) build *.egg-info .hypothesis

@@ -6,6 +6,7 @@ patched torch by a config flag, so it compiles nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -52,7 +53,31 @@ def test_make_upstream_test_refuses(tmp_path, src, message):
 def test_missing_test_file_is_refused(tmp_path):
     (tmp_path / "test" / "inductor").mkdir(parents=True)
     with pytest.raises(ut.UsageError, match="has no test/inductor/test_cpu_repro.py"):
-        ut.check_source(str(tmp_path), [ut.DEFAULT_TESTS])
+        ut.check_source(str(tmp_path), list(ut.SUITES))
+
+
+def test_shard_argument():
+    assert ut.parse_shard("2/3") == (2, 3)
+    for bad in ("3/2", "0/2", "1", "a/b"):
+        with pytest.raises(ut.UsageError, match="I/N"):
+            ut.parse_shard(bad)
+
+
+def test_shards_split_test_ids_without_overlap():
+    from tools.upstream_compat import in_shard
+
+    ids = [f"inductor/test_x.py::T::test_{i}" for i in range(200)]
+    shards = [{t for t in ids if in_shard(t, i, 3)} for i in (1, 2, 3)]
+    assert set().union(*shards) == set(ids)
+    assert sum(map(len, shards)) == len(ids)
+    assert all(len(s) > 40 for s in shards)  # a hash, not a prefix split
+
+
+def test_per_file_selection():
+    chosen = ut.selection(list(ut.SUITES), None)
+    assert chosen["test/inductor/test_torchinductor.py"] == "CpuTests"
+    assert "float32" in chosen["test/inductor/test_torchinductor_opinfo.py"]
+    assert ut.selection(["a.py"], "x") == {"a.py": "x"}
 
 
 def test_variants():
@@ -75,11 +100,14 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 """
 
 
-def fake_run(label: str, outcomes: dict[str, str], code: int = 1) -> ut.RunResult:
-    return ut.RunResult(label, outcomes, code, 1.0, Path("x.log"), "torch")
+def label(name: str, outcomes: dict[str, str], problems=()) -> ut.LabelResult:
+    counts = {o: sum(v == o for v in outcomes.values()) for o in ut.COUNTED}
+    return ut.LabelResult(
+        name, dict(outcomes), {"f.py": 1.0}, {"f.py": counts}, list(problems)
+    )
 
 
-def test_junit_and_comparison(tmp_path):
+def test_junit_and_comparison(tmp_path, monkeypatch):
     (tmp_path / "r.xml").write_text(JUNIT)
     outcomes = ut.parse_junit(tmp_path / "r.xml")
     prefix = "test_cpu_repro.CPUReproTests."
@@ -89,22 +117,36 @@ def test_junit_and_comparison(tmp_path):
         prefix + "test_c": "skipped",
         prefix + "test_d": "failed",
     }
-    stock = fake_run("stock", {"a": "passed", "b": "failed", "c": "passed"})
-    patched = fake_run("patched", {"a": "failed", "b": "passed", "c": "passed"})
-    text, ok = ut.report("header", [ut.Comparison(stock, patched)])
-    assert not ok
-    assert "new failures (pass on stock, fail on patched): a" in text
-    assert "new passes (fail on stock, pass on patched): b" in text
-    assert "| stock | 2 | 1 | 0 |" in text and "| patched | 2 | 1 | 0 |" in text
+    (tmp_path / "cut.xml").write_text(JUNIT[:200])  # a run killed mid-write
+    assert ut.parse_junit(tmp_path / "cut.xml") == {}
 
-    crashed = fake_run("patched", {}, code=2)
-    text, ok = ut.report("header", [ut.Comparison(stock, crashed)])
-    assert not ok and "not comparable: pytest exited 2" in text
+    monkeypatch.setattr(
+        ut, "EXPECTED_CHANGES", {"T.e": ut.ExpectedChange("0099", "kind", "why")}
+    )
+    stock = label("stock", {"a": "passed", "b": "failed", "c": "passed", "m.T.e": "passed"})
+    patched = label("patched", {"a": "failed", "b": "passed", "c": "passed", "m.T.e": "failed"})
+    labels = {"stock": stock, "patched": patched}
+    text, ok = ut.report("header", labels, [("stock", "patched")], [])
+    assert not ok
+    assert "new failures (pass on stock, fail on patched), unexplained: a" in text
+    assert "new failure explained by 0099: m.T.e: why" in text
+    assert "new passes (fail on stock, pass on patched): b" in text
+    assert "| stock | `f.py` | 3 | 1 | 0 |" in text
+    assert "| patched | `f.py` | 2 | 2 | 0 |" in text
+
+    # only explained failures: ok
+    patched.outcomes["a"] = "passed"
+    assert ut.report("header", labels, [("stock", "patched")], [])[1]
+
+    labels["patched"] = label("patched", patched.outcomes, ["f.py [1/1]: pytest exited 2"])
+    text, ok = ut.report("header", labels, [("stock", "patched")], [])
+    assert not ok and "not comparable: f.py [1/1]: pytest exited 2" in text
 
 
 FAKE_TEST = """
 import os
 
+import pytest
 import torch._inductor.config as config
 
 PATCHED = hasattr(config.cpp, "outer_loop_fusion_retile")
@@ -125,49 +167,110 @@ def test_broken_by_loop_ordering():
 
 def test_not_selected():
     raise AssertionError("deselected by -k")
+
+
+@pytest.mark.parametrize("i", range(12))
+def test_many(i):
+    pass
 """
 
-
-@pytest.mark.skipif(
+needs_venvs = pytest.mark.skipif(
     not (PATCHED_VENV / "bin/python").exists()
     or not (STOCK_VENV / "bin/python").exists(),
     reason="needs .venv and .venv-stock",
 )
-def test_end_to_end_on_a_fake_checkout(tmp_path):
+
+
+def fake_checkout(tmp_path: Path) -> Path:
     src = tmp_path / "pytorch"
     (src / "test" / "inductor").mkdir(parents=True)
     (src / "test" / "inductor" / "test_fake.py").write_text(FAKE_TEST)
     # An unbuilt torch/ in the checkout must not shadow the venvs' torch.
     (src / "torch").mkdir()
     (src / "torch" / "__init__.py").write_text("raise ImportError('source tree')\n")
-    out = tmp_path / "out"
-    proc = subprocess.run(
-        [
-            str(PATCHED_VENV / "bin/python"), "-m", "tools.upstream_test",
-            "--pytorch-src", str(src), "--tests", "test/inductor/test_fake.py",
-            "-k", "not not_selected", "--out", str(out),
-            "--variants", "TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION=1",
-        ],
+    return src
+
+
+def upstream_test(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(PATCHED_VENV / "bin/python"), "-m", "tools.upstream_test", *args],
         cwd=REPO_ROOT, capture_output=True, text=True,
     )  # fmt: skip
+
+
+def fake_run(src: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return upstream_test(
+        "run", "--pytorch-src", str(src), "--tests", "test/inductor/test_fake.py",
+        "-k", "not not_selected", "--out", str(out), *extra,
+    )  # fmt: skip
+
+
+def line(text: str, start: str) -> str:
+    return next(x for x in text.splitlines() if x.startswith(f"- {start}"))
+
+
+@needs_venvs
+def test_end_to_end_on_a_fake_checkout(tmp_path):
+    src = fake_checkout(tmp_path)
+    out = tmp_path / "out"
+    proc = fake_run(
+        src, out, "--variants", "TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION=1"
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the variant breaks one
     summary = (out / "summary.md").read_text()
-    assert "| stock | 2 | 1 | 0 |" in summary
-    assert "| patched | 3 | 0 | 0 |" in summary
+    assert "| stock | `test_fake.py` | 14 | 1 | 0 |" in summary
+    assert "| patched | `test_fake.py` | 15 | 0 | 0 |" in summary
     assert (
-        "| patched TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION=1 | 2 | 1 |" in summary
+        "| patched TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION=1 | `test_fake.py` | 14 | 1 |"
+        in summary
     )
     fixed = "test_fake.test_fixed_by_the_overlay"
     broken = "test_fake.test_broken_by_loop_ordering"
     plain, variant = summary.split("**patched TORCHINDUCTOR")
-
-    def line(text: str, start: str) -> str:
-        return next(x for x in text.splitlines() if x.startswith(f"- {start}"))
-
     assert line(plain, "new passes").endswith(f".{fixed}")  # pytest adds a prefix
     assert line(plain, "new failures").endswith(": none")
     assert line(variant, "new failures").endswith(f".{broken}")
     # Overlay-only flags do not change stock: its run is reused, not repeated.
-    assert not (
-        out / "stock_TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION_1.xml"
-    ).exists()
+    runs = json.loads((out / "run.json").read_text())["runs"]
+    assert [r["label"] for r in runs] == [
+        "stock", "patched", "patched TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION=1"
+    ]  # fmt: skip
+
+
+@needs_venvs
+def test_shards_merge_into_the_unsharded_report(tmp_path):
+    src = fake_checkout(tmp_path)
+    whole = fake_run(src, tmp_path / "whole")
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    # shard 2 through pytest-xdist: the shard is chosen the same in its workers
+    for i, extra in ((1, ()), (2, ("-n", "2"))):
+        proc = fake_run(src, tmp_path / f"s{i}", "--shard", f"{i}/2", *extra)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    shard_ids = [
+        ut.parse_junit(tmp_path / f"s{i}" / "patched" / "test_fake.xml") for i in (1, 2)
+    ]
+    assert shard_ids[0] and shard_ids[1]
+    assert not set(shard_ids[0]) & set(shard_ids[1])
+
+    merged = upstream_test(
+        "merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")
+    )
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    whole_labels, _, _ = ut.load_runs([tmp_path / "whole"])
+    merged_labels, _, problems = ut.load_runs([tmp_path / "s1", tmp_path / "s2"])
+    assert not problems
+    for name in ("stock", "patched"):
+        assert merged_labels[name].outcomes == whole_labels[name].outcomes
+    summary = (tmp_path / "m" / "summary.md").read_text()
+    assert "| patched | `test_fake.py` | 15 | 0 | 0 |" in summary
+    assert line(summary, "new passes").endswith(".test_fixed_by_the_overlay")
+
+    # a missing shard fails the merge; the same shard twice is refused
+    partial = upstream_test("merge", str(tmp_path / "s1"), "--out", str(tmp_path / "p"))
+    assert partial.returncode == 1 and "missing shard(s) 2/2" in partial.stdout
+    twice = upstream_test("merge", str(tmp_path / "s1"), str(tmp_path / "s1"))
+    assert twice.returncode == 2 and "shard 1/2 given twice" in twice.stderr
+
+
+def test_merge_refuses_a_directory_without_a_run(tmp_path):
+    assert ut.main(["merge", str(tmp_path)]) == 2
