@@ -24,10 +24,19 @@ from torch._inductor import config
 from torch._inductor.decomposition import select_decomp_table
 from torch.fx.experimental.proxy_tensor import make_fx
 
+import torch._inductor.cpp_fusion_costs as costs
 import torch._inductor.cpp_group_norm_channel_sums as channel_sums
 
 SUMS_OFF = {"cpp.group_norm_channel_sums": False}
 aten = torch.ops.aten
+SHIPPED_MIN_BYTES = costs.GROUP_NORM_CHANNEL_SUMS_MIN_BYTES
+
+
+@pytest.fixture(autouse=True)
+def any_size(monkeypatch):
+    """The decomposition itself on small inputs: no size threshold, except
+    in the tests of the threshold (which restore the shipped one)."""
+    monkeypatch.setattr(costs, "GROUP_NORM_CHANNEL_SUMS_MIN_BYTES", 0)
 
 
 def _channels_last(*shape) -> torch.Tensor:
@@ -150,3 +159,17 @@ def test_channel_sums_only_for_channels_last_cpu_tensors_under_the_cpp_backend()
         assert not channel_sums.sums_per_channel(x)
     with config.patch(SUMS_OFF):
         assert not channel_sums.sums_per_channel(x)
+
+
+def test_small_inputs_keep_the_core_decomposition(monkeypatch):
+    """Four nests instead of two cost more than they save on small maps:
+    upstream's test_group_norm_vec shape, GroupNorm(3, 90) over channels-last
+    (2, 90, 6, 6), compiles as with the flag off; a map of 256 KiB sums."""
+    monkeypatch.setattr(costs, "GROUP_NORM_CHANNEL_SUMS_MIN_BYTES", SHIPPED_MIN_BYTES)
+    assert 2 * 90 * 16 * 16 * 4 < SHIPPED_MIN_BYTES <= 2 * 128 * 16 * 16 * 4
+    assert not channel_sums.sums_per_channel(_channels_last(2, 90, 16, 16))
+    assert channel_sums.sums_per_channel(_channels_last(2, 128, 16, 16))
+    fn, args = _group_norm(3), (_channels_last(2, 90, 6, 6),)
+    patched = compile_shipped_and_inspect(fn, args)
+    off = compile_shipped_and_inspect(fn, args, extra_config=SUMS_OFF)
+    assert patched.kernels == off.kernels

@@ -294,6 +294,13 @@ GROUP_NORM_PIXEL_BLOCK = 16
 # A smaller block leaves a buffer of partial sums a quarter of the input
 # or larger: the core decomposition is kept.
 GROUP_NORM_MIN_PIXEL_BLOCK = 4
+# The per-channel form makes four loop nests where the core decomposition
+# makes two: two more parallel regions and passes over small buffers, a
+# fixed cost that only the masked group slices it saves on larger inputs
+# pay back.  Below this many bytes of input the core form is kept (GroupNorm
+# over (2, 90, 16, 16), 180 KiB, ran slower with the sums at 1 and 2
+# threads, over (2, 128, 16, 16), 256 KiB, faster).
+GROUP_NORM_CHANNEL_SUMS_MIN_BYTES = 192 * 1024
 
 
 # Reductions over an outer or middle dim (0023): rows per block of the first

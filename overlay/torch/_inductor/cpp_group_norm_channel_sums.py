@@ -33,7 +33,9 @@ Behind ``config.cpp.group_norm_channel_sums``; the hook in
 ``decomposition.py`` calls ``native_group_norm``, which falls back to the
 core decomposition when the flag is off, the input is not on the CPU, the
 CPU backend is not the C++ one, the input is not channels-last, a size is
-symbolic, or no block size divides the pixel count (see ``pixel_block``).
+symbolic, the input is smaller than ``GROUP_NORM_CHANNEL_SUMS_MIN_BYTES``
+(the two extra nests would cost more than they save), or no block size
+divides the pixel count (see ``pixel_block``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from __future__ import annotations
 import torch
 from torch._prims_common import get_computation_dtype
 
-from . import config
+from . import config, cpp_fusion_costs as costs
 from .cpp_fusion_costs import GROUP_NORM_MIN_PIXEL_BLOCK, GROUP_NORM_PIXEL_BLOCK
 
 
@@ -63,7 +65,8 @@ def _is_channels_last(x: torch.Tensor) -> bool:
 
 def sums_per_channel(x: torch.Tensor) -> bool:
     """Whether this GroupNorm is compiled here by the C++ backend with the
-    flag on, over channels-last memory with static sizes."""
+    flag on, over channels-last memory with static sizes, large enough to
+    pay for the statistics' extra nests."""
     return bool(
         config.cpp.group_norm_channel_sums
         and x.device.type == "cpu"
@@ -71,6 +74,7 @@ def sums_per_channel(x: torch.Tensor) -> bool:
         and x.ndim in (4, 5)
         and all(isinstance(size, int) for size in x.shape)
         and x.numel() > 0
+        and x.numel() * x.element_size() >= costs.GROUP_NORM_CHANNEL_SUMS_MIN_BYTES
         and _is_channels_last(x)
         and pixel_block(x[0, 0].numel()) is not None
     )
