@@ -76,7 +76,7 @@ def test_a_masked_last_block_pads_with_the_identity(reduce):
     """197 rows (a prime): blocks of 16 rows and a masked last block, whose
     padding is the reduction's identity: -inf for a maximum over negative
     values, +inf for a minimum over positive ones, 1 for a product."""
-    x = torch.rand(8, 197, 64) + 0.5
+    x = torch.rand(8, 197, 192) + 0.5  # rows 768 bytes apart: a 148 KiB slab
     sign = -1.0 if reduce is torch.amax else 1.0
     if reduce is torch.prod:
         x = 1.0 + (x - 1.0) * 0.01  # products of 197 factors near 1
@@ -86,7 +86,7 @@ def test_a_masked_last_block_pads_with_the_identity(reduce):
 
     assert blocks.block_rows(197) == OUTER_REDUCTION_BLOCK_ROWS
     code = _wrapper(fn, x)
-    FileCheck().check(_partials((8, 64, -(-197 // OUTER_REDUCTION_BLOCK_ROWS)))).run(
+    FileCheck().check(_partials((8, 192, -(-197 // OUTER_REDUCTION_BLOCK_ROWS)))).run(
         code
     )
 
@@ -130,6 +130,20 @@ def test_a_chain_over_close_rows_keeps_one_level():
     FileCheck().check(_partials((4, 1, 768, 50))).run(wide)
     lone = _wrapper(lambda x: x.sum(1), x)
     FileCheck().check(_partials((32, 49, 50))).run(lone)
+
+
+def test_a_slab_that_stays_in_cache_keeps_one_level():
+    """x.sum(1) over (100, 100, 100) (upstream's test_vertical_sum_cpu_only):
+    4 MB of input, but the column walk under one output row re-reads only
+    100 rows of 400 bytes, 40 KiB, which stay in cache; the blocks would
+    only add a level.  Over 1000 such rows (390 KiB) they split."""
+    x = torch.randn(100, 100, 100)
+    assert 100 * 100 * 4 < costs.OUTER_REDUCTION_MIN_BYTES <= 1000 * 100 * 4
+    patched = compile_shipped_and_inspect(lambda x: x.sum(1), (x,))
+    off = compile_shipped_and_inspect(lambda x: x.sum(1), (x,), extra_config=BLOCKS_OFF)
+    assert patched.kernels == off.kernels
+    code = _wrapper(lambda x: x.sum(1), torch.randn(4, 1000, 100))
+    FileCheck().check(_partials((4, 100, 50))).run(code)
 
 
 def test_a_lone_reduction_splits_whatever_its_size(monkeypatch):

@@ -83,7 +83,7 @@ CORPUS = (
     _case(
         "    v1 = torch.amax(x0 - 4.0, dim=1)\n"
         "    v2 = x0 - torch.mean(x0, dim=1, keepdim=True)\n    return (v1, v2,)\n",
-        [(4, 197, 32)],
+        [(4, 197, 176)],
         ["reduce", "binary"],
     ),
     # 0009 0011: softmax over channels spelled out; its exp stays per block

@@ -726,12 +726,13 @@ def _skip_family(draw, b: _Builder) -> None:
 
 
 def _outer_reduce_family(draw, b: _Builder) -> None:
-    """A reduction over a middle dim of a tensor of 64 KiB or more, whose
-    row count 16 divides or not (a masked last block), one time in two
-    over channels-last maps' pixels; its result broadcast back over the
-    rows, or a softmax over the same dim (0023's blocks of rows)."""
-    rows = draw(st.sampled_from([64, 97, 48, 130]))
-    width = draw(st.sampled_from([64, 32, 17]))
+    """A reduction over a middle dim whose rows span 128 KiB or more in
+    bfloat16 too (0023's slab bound), whose row count 16 divides or not (a
+    masked last block), one time in two over channels-last maps' pixels;
+    its result broadcast back over the rows, or a softmax over the same dim
+    (0023's blocks of rows)."""
+    rows = draw(st.sampled_from([64, 97, 130, 197]))
+    width = draw(st.sampled_from([1024, 1040, 1377]))
     op = draw(st.sampled_from(["sum", "amax", "mean", "amin"]))
     if draw(st.booleans()):
         side = draw(st.sampled_from([8, 11]))

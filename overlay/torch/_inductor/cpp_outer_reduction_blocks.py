@@ -34,8 +34,9 @@ Behind ``config.cpp.outer_reduction_blocks``; the hook in ``ir.py``'s
 ``num_splits`` chose no split; it returns 1 (stock) when the flag (or
 ``config.split_reductions``) is off, the device is not the CPU, the CPU
 backend is not the C++ one, a size is symbolic, the reduction is not an
-outer one, the input is too small for the column walk to leave the cache
-(``OUTER_REDUCTION_MIN_BYTES``), or the reduction is one of a chain (a
+outer one, the slab that the column walk re-reads (the rows under one
+output index) is too small to leave the cache (``OUTER_REDUCTION_MIN_BYTES``),
+or the reduction is one of a chain (a
 softmax's max and sum of exps, ``in_a_reduction_chain``) over an input too
 large to stay in the last-level cache (``chain_stays_cached_bytes``) or
 whose rows lie too close for the column walk to leave a page
@@ -84,6 +85,8 @@ def split_for_outer_reduction(
     row_stride = outer_reduction_row_stride(inner_fn, ranges, reduction_ranges)
     if row_stride is None:
         return 1
+    if rows * row_stride * src_dtype.itemsize < OUTER_REDUCTION_MIN_BYTES:
+        return 1  # the column walk's slab stays in cache
     if in_a_reduction_chain() and not chain_gains_from_blocks(
         input_bytes, row_stride * src_dtype.itemsize
     ):
