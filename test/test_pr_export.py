@@ -224,6 +224,11 @@ def test_pr_description(export):
     rebase = pr.readme_section(pr.REBASE_STATUS_HEADING)
     assert rebase and "pytorch#185855" in rebase and "### Upstream main" in rebase
     assert text.index(rebase) < text.index("## Checks")
+    # the upstream tests the series changes, each with its patch and reason
+    from tools.upstream_expectations import EXPECTED_CHANGES
+
+    for test_id, change in EXPECTED_CHANGES.items():
+        assert f"- `{test_id}` ({change.patch}, {change.kind}): {change.reason}" in text
 
 
 # --------------------------------------------------------------------------

@@ -152,6 +152,25 @@ def _workloads():
 
         return attn, (q, k), 2 * 8 * 8 * 256 * 256 * 4
 
+    # Small maps and slabs, where a split into more kernels costs more than
+    # it saves: 0023 and 0022 must keep stock's form here (their cost guards).
+    def log_softmax_7x7_maps():  # 1000 classes over flattened 7x7 maps
+        x = torch.randn(32, 1000, 49)
+        return (lambda x: torch.log_softmax(x, 1)), (x,), 2 * nbytes(x)
+
+    def log_softmax_14x14_maps():
+        x = torch.randn(32, 1000, 196)
+        return (lambda x: torch.log_softmax(x, 1)), (x,), 2 * nbytes(x)
+
+    def sum_small_slabs():  # 100 rows of 400 bytes under each output row
+        x = torch.randn(100, 100, 100)
+        return (lambda x: x.sum(1)), (x,), nbytes(x)
+
+    def groupnorm_small_maps():  # channels-last, 180 KiB
+        m = torch.nn.GroupNorm(3, 90)
+        x = torch.randn(2, 90, 16, 16).to(memory_format=torch.channels_last)
+        return m, (x,), 2 * nbytes(x)
+
     return [
         Workload(f.__name__, f)
         for f in (
@@ -168,6 +187,10 @@ def _workloads():
             channel_norm,
             qknorm_interleaved_rope,
             attention_softmax,
+            log_softmax_7x7_maps,
+            log_softmax_14x14_maps,
+            sum_small_slabs,
+            groupnorm_small_maps,
         )
     ]
 

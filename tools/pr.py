@@ -922,6 +922,25 @@ def commit_message(commit: PlannedCommit, bench: dict | None) -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
+def upstream_expectation_notes() -> list[str]:
+    """The upstream tests whose expectation the series changes, by patch."""
+    from tools.upstream_expectations import EXPECTED_CHANGES
+
+    if not EXPECTED_CHANGES:
+        return []
+    out = [
+        "### Upstream tests whose expectation this series changes",
+        "",
+        "Each passes on stock and fails with the series on a kernel-count or "
+        "structure assertion after the values matched; the commit named changes "
+        "it for this reason:",
+        "",
+    ]
+    for test_id, change in sorted(EXPECTED_CHANGES.items(), key=lambda i: i[1].patch):
+        out.append(f"- `{test_id}` ({change.patch}, {change.kind}): {change.reason}")
+    return out + [""]
+
+
 def pr_description(
     commits: list[PlannedCommit],
     bench: dict | None,
@@ -1010,6 +1029,7 @@ def pr_description(
                 *waited,
                 "",
             ]
+    out += upstream_expectation_notes()
     if upstream_tests:
         out += ["### Upstream tests, stock vs patched", "", upstream_tests.strip(), ""]
     out += ["## Notes on the export", ""]
