@@ -22,6 +22,25 @@ from tools.overlay import pristine_bytes, read_state  # noqa: E402
 from tools.patchset import DEFAULT_PATCHES_DIR, load_manifest, MANIFEST_NAME  # noqa: E402
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--torch-threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads(N) before the tests: N above the core count "
+        "is honoured this way, where OMP_NUM_THREADS is capped",
+    )
+
+
+def pytest_configure(config) -> None:
+    threads = config.getoption("--torch-threads")
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+        assert torch.get_num_threads() == threads, torch.get_num_threads()
+
+
 def venv_site_packages(venv: Path) -> Path | None:
     found = sorted(venv.glob("lib/python3*/site-packages"))
     return found[0] if found and (found[0] / "torch").is_dir() else None

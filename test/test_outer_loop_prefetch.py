@@ -87,7 +87,8 @@ def test_groupnorm_prefetches_the_next_group(cache_of):
     cache_of(64 << 10)
     fn = torch.nn.GroupNorm(4, 32)
     args = (torch.randn(2, 32, 32, 32),)  # groups of 8 x 32 x 32: 32 KiB
-    on = compile_shipped_and_inspect(fn, args)
+    # two threads: the 8 groups split over them (more threads, fewer groups each)
+    on = compile_shipped_and_inspect(fn, args, extra_config={"cpp.threads": 2})
     assert on.nests == [1]
     ((pointer, index, ahead),) = PREFETCH.findall(on.code)
     # one group (8192 floats) ahead, whether the fused loop is (N*G) or (N, G)
@@ -105,6 +106,7 @@ def test_rows_with_a_tail_and_two_threads(cache_of):
     assert len(PREFETCH.findall(on.code)) == 2
 
 
+@requires_vectors  # without vectors nothing is prefetched anywhere
 def test_kernel_within_the_cache_is_unchanged(cache_of):
     cache_of(64 << 20)
     fn, args = torch.nn.LayerNorm(1024), (torch.randn(512, 1024),)
@@ -192,6 +194,7 @@ def test_a_row_the_last_pass_does_not_read_is_prefetched_in_its_loop(cache_of):
     assert "loadu(in_ptr0" not in last_pass
 
 
+@requires_vectors  # without vectors nothing is prefetched anywhere
 def test_a_first_pass_bound_by_its_math_is_not_prefetched(cache_of):
     # bias+GELU+LayerNorm's first pass evaluates erf per element: its rows
     # arrive in time without help (prefetched, it ran 14-16% slower)

@@ -21,6 +21,8 @@ from torch.testing import FileCheck
 
 from torch._inductor.codegen.cpp_outer_loop_split import split_for_outer_extent
 
+TWO_THREADS = {"cpp.threads": 2}
+
 
 def setup_module():
     torch.manual_seed(0)
@@ -48,8 +50,10 @@ def test_layernorm_one_nest_instead_of_four():
 def test_seed_groupnorm_with_seed_config_one_nest_instead_of_seven():
     gn = torch.nn.GroupNorm(2, 16)
     x = torch.randn(2, 16, 32, 32)
-    stock = compile_and_inspect(gn, (x,), overlay=False, extra_config=SEED_CONFIG)
-    patched = compile_and_inspect(gn, (x,), extra_config=SEED_CONFIG)
+    # two threads: the retile's cost guard weighs the groups per thread
+    config = {**SEED_CONFIG, **TWO_THREADS}
+    stock = compile_and_inspect(gn, (x,), overlay=False, extra_config=config)
+    patched = compile_and_inspect(gn, (x,), extra_config=config)
     assert stock.nests == [7]
     assert patched.nests == [1]
     assert patched.retiled == 1
@@ -57,7 +61,9 @@ def test_seed_groupnorm_with_seed_config_one_nest_instead_of_seven():
 
 def test_seed_groupnorm_default_config_one_nest():
     gn = torch.nn.GroupNorm(2, 16)
-    patched = compile_and_inspect(gn, (torch.randn(2, 16, 32, 32),))
+    patched = compile_and_inspect(
+        gn, (torch.randn(2, 16, 32, 32),), extra_config=TWO_THREADS
+    )
     assert patched.nests == [1]
 
 
@@ -398,6 +404,7 @@ def test_no_split_under_a_reduction_over_strided_memory():
     assert patched.nests == stock.nests
 
 
+@requires_vectors  # the reductions' vector accumulators and the tile
 def test_channels_layernorm_shares_open_loops_without_a_split():
     # Under loop ordering after fusion the statistics and the normalized
     # output keep the unmerged (N, H, W) loops they share: one nest, W

@@ -74,6 +74,7 @@ def test_stream_intrinsics_sit_under_their_isa_guards(cache_of):
         FileCheck().check_count(intrinsic, 1, exactly=True).run(on.code)
 
 
+@requires_vectors  # without vectors nothing streams anywhere
 def test_kernel_within_the_cache_is_unchanged(cache_of):
     cache_of(64 << 20)
     fn, args = layernorm(1024)
@@ -110,6 +111,7 @@ def test_tail_stores_and_bfloat16_outputs_store_as_before(cache_of):
     assert STREAMED not in on.code
 
 
+@requires_vectors  # simdlen 1 must turn streaming off where it would act
 def test_scalar_kernels_store_as_before(cache_of):
     # no vector ISA (simdlen 1): no vector stores to stream, no fences
     cache_of(1 << 20)
