@@ -23,7 +23,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes bench-models bench-compile-time bench-counts fuzz fuzz-mutants build wheel rebase-check pr lint upstream-test upstream-test-merge clean
+.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes bench-models bench-compile-time bench-counts fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -42,6 +42,7 @@ help:
 	@echo "make fuzz        random programs: eager vs overlay flags off vs on (FUZZ_SECONDS,"
 	@echo "                 FUZZ_EXAMPLES, FUZZ_SEED, FUZZ_PROFILE, FUZZ_WORKERS, FUZZ_COVERAGE=1,"
 	@echo "                 FUZZ_DB=shared dir or redis://host:port/0)"
+	@echo "                 FUZZ_SHARD=i/N: one shard of a campaign; make fuzz-merge FUZZ_RUNS=dirs"
 	@echo "make fuzz-mutants  mutation testing of the overlay with the fuzzer (MUTANT_SECONDS)"
 	@echo "make verify      check .venv's torch against the pinned upstream hashes"
 	@echo "make status      what is applied to .venv's torch"
@@ -168,6 +169,10 @@ FUZZ_EXAMPLES ?=
 FUZZ_SEED ?=
 FUZZ_WORKERS ?= $(shell nproc)
 FUZZ_COVERAGE ?= 0
+# FUZZ_SHARD=I/N: shard I of a campaign of N machines (same FUZZ_SEED and
+# FUZZ_PROFILE everywhere); `make fuzz-merge FUZZ_RUNS="dir ..."` joins them.
+FUZZ_SHARD ?= 1/1
+FUZZ_RUNS ?=
 FUZZ_ARGS ?=
 # FUZZ_DB: hypothesis' example database shared between machines, a directory
 # on shared storage or redis://host:port/0 (README "Fuzzing")
@@ -178,7 +183,13 @@ fuzz: install
 	  || $(VENV_PY) -m pip install --quiet coverage; fi
 	$(VENV_PY) -m tools.fuzz run --profile "$(FUZZ_PROFILE)" --seconds "$(FUZZ_SECONDS)" \
 	  --examples "$(FUZZ_EXAMPLES)" --seed "$(FUZZ_SEED)" --workers "$(FUZZ_WORKERS)" \
+	  --shard "$(FUZZ_SHARD)" \
 	  $(if $(filter 1,$(FUZZ_COVERAGE)),--coverage) $(FUZZ_ARGS)
+
+fuzz-merge:
+	@if [ -z "$(FUZZ_RUNS)" ]; then \
+	  echo "error: set FUZZ_RUNS to the shards' run directories" >&2; exit 2; fi
+	$(VENV_PY) -m tools.fuzz merge $(FUZZ_RUNS)
 
 # make fuzz-mutants: the overlay's hand-written mutants, one fuzz run each
 # (one worker, MUTANT_SECONDS each, stopped at the first failure) after a

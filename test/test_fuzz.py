@@ -10,6 +10,8 @@ sitecustomize on PYTHONPATH.  The real tree and .venv are never modified.
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import dataclasses
 import importlib.util
 import os
@@ -31,7 +33,13 @@ from tools.fuzz.corpus import CORPUS
 from tools.fuzz.overlay_coverage import site_root
 from tools.fuzz.program import FuzzCase, InputSpec
 from tools.fuzz.repro import known_crashes, signature, write_repro
-from tools.fuzz.runner import _crashed_workers, case_to_json, run_fuzz
+from tools.fuzz.runner import (
+    _crashed_workers,
+    case_to_json,
+    format_summary,
+    merge_runs,
+    run_fuzz,
+)
 from tools.fuzz.strategy import fuzz_cases
 
 # Off by one in the exact split: the consumer loops over one slice too few per
@@ -158,7 +166,7 @@ def test_a_dead_worker_leaves_a_repro_of_its_last_program(tmp_path):
         {"type": "start", "worker": 0, "case": case_to_json(case)},
     ]
     dead = subprocess.CompletedProcess([], returncode=-11)
-    crashed = _crashed_workers([dead], records, tmp_path, tmp_path / "repros")
+    crashed = _crashed_workers([dead], [0], records, tmp_path, tmp_path / "repros")
     assert len(crashed) == 1 and "signal 11" in crashed[0]
     assert (tmp_path / "repros" / f"test_fuzz_{case.digest()}.py").exists()
 
@@ -167,9 +175,10 @@ def test_a_dead_worker_leaves_a_repro_of_its_last_program(tmp_path):
 
 
 def test_fuzz_ci_profile(tmp_path, monkeypatch):
-    """`make test`'s share of fuzzing: no overlay failure; every overlay
-    feature changed the kernels of at least one program; the run's own
-    Inductor cache is gone afterwards."""
+    """`make test`'s share of fuzzing, as a campaign of 2 shards run side by
+    side and merged: no overlay failure; every overlay feature changed the
+    kernels of at least one program; the shards' seeds and seed programs do
+    not overlap; each run's own Inductor cache is gone afterwards."""
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     removed: list[str] = []
@@ -181,14 +190,34 @@ def test_fuzz_ci_profile(tmp_path, monkeypatch):
 
     monkeypatch.setattr(shutil, "rmtree", recording_rmtree)
     lines: list[str] = []
-    summary = run_fuzz("ci", seed=0, workers=min(2, os.cpu_count() or 1),
-                       out_dir=tmp_path / "run", log=lines.append)  # fmt: skip
+
+    def shard(i: int):
+        return run_fuzz("ci", seed=0, workers=1, shard=(i, 2),
+                        out_dir=tmp_path / f"run{i}", log=lines.append)  # fmt: skip
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        shards = list(pool.map(shard, (1, 2)))
     caches = [p for p in removed if "fuzz-inductor-cache-" in p]
-    assert len(caches) == 1 and caches[0].startswith(str(tmp_path)), removed
+    assert len(caches) == 2 and all(c.startswith(str(tmp_path)) for c in caches)
     assert not list(tmp_path.glob("fuzz-inductor-cache-*"))
-    report = "\n".join(lines)
+    assert [s.seeds for s in shards] == [[0], [1]]
+    # each shard ran its own half of the seed programs first (then generated
+    # ones, which may happen to equal a seed program)
+    from tools.fuzz.corpus import corpus_for
+
+    for i, run in enumerate(shards):
+        half = {case.digest() for case in corpus_for(i, 2)}
+        assert {r["digest"] for r in run.examples[: len(half)]} == half
+
+    summary, problems = merge_runs([tmp_path / "run1", tmp_path / "run2"])
+    assert not problems
+    assert len(summary.examples) == sum(len(s.examples) for s in shards)
+    report = "\n".join(lines) + format_summary(summary)
     print(report)
+    assert "programs per second per worker" in report
     assert summary.ok, report
+    _, partial = merge_runs([tmp_path / "run1"])
+    assert partial == ["missing shard(s) 2/2"]
     stats = summary.stats()
     assert stats["checked"] >= 20, report
     assert stats["programs_with"].get("code_differs", 0) > 0, report

@@ -1,4 +1,4 @@
-"""python -m tools.fuzz run|sample|worker
+"""python -m tools.fuzz run|merge|sample|worker
 
 See tools/fuzz/runner.py and the README's "Fuzzing".
 """
@@ -83,6 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
         "(0013) and prefetches (0014)",
     )
 
+    run.add_argument(
+        "--shard",
+        default="1/1",
+        help="I/N: shard I of a campaign of N (seeds, seed programs and "
+        "examples split without overlap; `merge` joins the shards' runs)",
+    )
+
+    merge = sub.add_parser("merge", help="one summary of the shards' run directories")
+    merge.add_argument("dirs", type=Path, nargs="+")
+
     sample = sub.add_parser("sample", help="print random programs from the strategy")
     sample.add_argument("-n", type=int, default=3)
     sample.add_argument("--seed", type=int, default=0)
@@ -119,15 +129,40 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "sample":
         return _sample(args)
+    if args.command == "merge":
+        return _merge(args.dirs)
     from .runner import run_fuzz
+
+    shard = _shard(args.shard)
 
     summary = run_fuzz(
         args.profile, seconds=args.seconds, examples=args.examples, seed=args.seed,
         workers=args.workers, coverage=args.coverage, repro_dir=args.repro_dir,
         out_dir=args.out, focus=args.focus, shrink=not args.no_shrink,
-        max_ops=args.max_ops, streaming=args.streaming,
+        max_ops=args.max_ops, streaming=args.streaming, shard=shard,
     )  # fmt: skip
     return 0 if summary.ok else 1
+
+
+def _shard(text: str) -> tuple[int, int]:
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise SystemExit(f"error: --shard {text!r}: expected I/N with 1 <= I <= N")
+    return int(index), int(count)
+
+
+def _merge(dirs: list[Path]) -> int:
+    from .runner import format_summary, merge_runs
+
+    try:
+        summary, problems = merge_runs(dirs)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(format_summary(summary))
+    for problem in problems:
+        print(f"  incomplete: {problem}")
+    return 0 if summary.ok and not problems else 1
 
 
 def _sample(args) -> int:

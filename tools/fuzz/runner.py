@@ -10,7 +10,7 @@ and the worker writes a repro to ``test/regressions/`` (``repro.py``).
 Profiles (hypothesis settings plus strategy size):
 
 ``ci``       the seed programs (corpus.py) and 15 generated ones,
-             derandomized (fixed seeds), no example database;
+             seeded (seed 0 + the worker's slot), no example database;
              what ``make test`` runs (test/test_fuzz.py)
 ``dev``      until ``--seconds`` (default 300) or ``--examples``; random
              seeds unless given; failures are saved in .hypothesis/ and
@@ -51,7 +51,10 @@ class Profile:
     examples: int  # programs per run (all workers together)
     seconds: float | None  # generation time budget; None: until `examples`
     max_ops: int
-    derandomize: bool
+    # the default seed is 0 (reproducible runs); else a random one.  Every
+    # worker draws from hypothesis seeded with seed + its slot: one fixed
+    # derandomized stream would give every worker the same programs.
+    fixed_seed: bool
     database: bool
     shrink_grace: float  # extra seconds for shrinking a failure found late
 
@@ -160,7 +163,6 @@ def hypothesis_settings(profile: Profile, examples: int, shrink: bool):
     return settings(
         max_examples=max(1, examples),
         deadline=None,
-        derandomize=profile.derandomize,
         database=example_database() if profile.database else None,
         phases=phases,
         print_blob=False,
@@ -295,6 +297,13 @@ class Summary:
     stock: list[dict]
     crashed_workers: list[str]
     coverage: dict | None = None
+    shard: str = "1/1"
+    indices: list[int] = dataclasses.field(default_factory=list)
+    worker_seconds: float = 0.0  # summed over workers (merged shards: all)
+
+    def programs_per_worker_second(self) -> float:
+        busy = self.worker_seconds or self.seconds * self.workers
+        return len(self.examples) / busy if busy else 0.0
 
     @property
     def examples(self) -> list[dict]:
@@ -349,9 +358,10 @@ def aggregate(examples: list[dict]) -> dict:
     }
 
 
-def _read_records(out_dir: Path, workers: int) -> list[dict]:
+def _read_records(out_dir: Path, indices) -> list[dict]:
+    """The records of the workers ``indices`` (their global indices)."""
     records = []
-    for i in range(workers):
+    for i in indices:
         path = out_dir / f"worker{i}.jsonl"
         if not path.exists():
             continue
@@ -421,9 +431,14 @@ def run_fuzz(
     shrink: bool = True,
     max_ops: int | None = None,
     streaming: bool = False,
+    shard: tuple[int, int] = (1, 1),
     progress_every: float = 15.0,
     log=print,
 ) -> Summary:
+    """One campaign, or shard ``(I, N)`` of one: the campaign's worker slots
+    are N times ``workers``; this shard runs slots (I-1)*workers ... I*workers-1,
+    with their seeds (seed + slot), their share of the seed programs and of
+    ``examples``, so that shards never overlap (``merge_runs`` joins them)."""
     from .repro import DEFAULT_REPRO_DIR
 
     prof = PROFILES[profile]
@@ -431,11 +446,15 @@ def run_fuzz(
     examples = prof.examples if examples is None else examples
     workers = workers or max(1, min(os.cpu_count() or 1, 8))
     workers = max(1, min(workers, examples))
+    shard_index, shard_count = shard
+    slots = workers * shard_count
     if seed is None:
-        seed = 0 if prof.derandomize else random.randrange(1_000_000)
-    seeds = [seed + i for i in range(workers)]
+        seed = 0 if prof.fixed_seed else random.randrange(1_000_000)
+    indices = [(shard_index - 1) * workers + i for i in range(workers)]
+    seeds = [seed + g for g in indices]
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = Path(out_dir or DEFAULT_OUT / f"{stamp}-{profile}-seed{seed}")
+    tag = f"-shard{shard_index}of{shard_count}" if shard_count > 1 else ""
+    out_dir = Path(out_dir or DEFAULT_OUT / f"{stamp}-{profile}-seed{seed}{tag}")
     out_dir.mkdir(parents=True, exist_ok=True)
     repro_dir = Path(repro_dir or DEFAULT_REPRO_DIR)
 
@@ -464,17 +483,18 @@ def run_fuzz(
     }
     log(
         f"fuzz: profile {profile}, {workers} worker(s), seeds {seeds[0]}..{seeds[-1]}, "
-        f"{examples} programs max, "
+        + (f"shard {shard_index}/{shard_count}, " if shard_count > 1 else "")
+        + f"{examples} programs max in all shards, "
         + (f"{seconds:.0f} s" if seconds else "no time limit")
         + (", coverage on" if coverage else "")
         + f"\nfuzz: run directory {out_dir}"
     )
     procs = []
-    for i in range(workers):
+    for i, g in enumerate(indices):
         opts = WorkerOptions(
-            index=i,
+            index=g,
             seed=seeds[i],
-            examples=examples // workers + (1 if i < examples % workers else 0),
+            examples=max(1, examples // slots + (1 if g < examples % slots else 0)),
             deadline=deadline if math.isfinite(deadline) else 1e18,
             profile=profile,
             out_dir=out_dir,
@@ -482,9 +502,9 @@ def run_fuzz(
             focus=focus,
             shrink=shrink,
             max_ops=max_ops,
-            workers=workers,
+            workers=slots,
         )
-        log_file = (out_dir / f"worker{i}.log").open("w")
+        log_file = (out_dir / f"worker{g}.log").open("w")
         proc = subprocess.Popen(
             _worker_command(opts, include), cwd=REPO_ROOT, env=env,
             stdout=log_file, stderr=subprocess.STDOUT,
@@ -499,7 +519,7 @@ def run_fuzz(
         while any(p.poll() is None for p in procs):
             time.sleep(1.0)
             elapsed = time.time() - start
-            records = _read_records(out_dir, workers)
+            records = _read_records(out_dir, indices)
             n_fail = sum(1 for r in records if r["type"] == "failure")
             if elapsed - last_print >= progress_every or n_fail > printed_failures:
                 log(_progress_line(elapsed, records))
@@ -527,8 +547,8 @@ def run_fuzz(
         if own_cache:
             shutil.rmtree(own_cache, ignore_errors=True)
 
-    records = _read_records(out_dir, workers)
-    crashed = _crashed_workers(procs, records, out_dir, repro_dir)
+    records = _read_records(out_dir, indices)
+    crashed = _crashed_workers(procs, indices, records, out_dir, repro_dir)
     summary = Summary(
         profile=profile,
         workers=workers,
@@ -539,6 +559,8 @@ def run_fuzz(
         failures=[r for r in records if r["type"] == "failure"],
         stock=[r for r in records if r["type"] == "stock"],
         crashed_workers=crashed,
+        shard=f"{shard_index}/{shard_count}",
+        indices=indices,
     )
     if coverage:
         from .overlay_coverage import report
@@ -548,6 +570,7 @@ def run_fuzz(
         json.dumps(
             {
                 "profile": profile, "workers": workers, "seeds": seeds,
+                "shard": summary.shard, "indices": indices,
                 "seconds": summary.seconds, "stats": summary.stats(),
                 "failures": summary.failures, "stock": summary.stock,
                 "crashed_workers": crashed, "coverage": summary.coverage,
@@ -559,12 +582,57 @@ def run_fuzz(
     return summary
 
 
-def _crashed_workers(procs, records, out_dir: Path, repro_dir: Path) -> list[str]:
+def merge_runs(run_dirs: list[Path]) -> tuple[Summary, list[str]]:
+    """One summary of the shards' run directories, and what is missing: a
+    shard not given, given twice, or of another campaign (profile, count)."""
+    problems: list[str] = []
+    metas = []
+    for run_dir in run_dirs:
+        path = Path(run_dir) / "summary.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{run_dir} has no summary.json: not a fuzz run")
+        metas.append((Path(run_dir), json.loads(path.read_text())))
+    campaigns = {(m["profile"], m.get("shard", "1/1").split("/")[1]) for _, m in metas}
+    if len(campaigns) > 1:
+        problems.append(f"runs of different campaigns (profile, shards): {sorted(campaigns)}")
+    seen: dict[str, Path] = {}
+    records: list[dict] = []
+    for run_dir, meta in metas:
+        shard = meta.get("shard", "1/1")
+        if shard in seen:
+            problems.append(f"shard {shard} given twice ({seen[shard]}, {run_dir})")
+            continue
+        seen[shard] = run_dir
+        indices = meta.get("indices") or list(range(meta["workers"]))
+        records += _read_records(run_dir, indices)
+    count = int(next(iter(campaigns))[1]) if campaigns else 1
+    missing = [f"{i}/{count}" for i in range(1, count + 1) if f"{i}/{count}" not in seen]
+    if missing:
+        problems.append("missing shard(s) " + ", ".join(missing))
+    summary = Summary(
+        profile=metas[0][1]["profile"],
+        workers=sum(m["workers"] for _, m in metas),
+        seeds=[s for _, m in metas for s in m["seeds"]],
+        seconds=max(m["seconds"] for _, m in metas),
+        out_dir=Path(run_dirs[0]).parent,
+        records=records,
+        failures=[f for _, m in metas for f in m["failures"]],
+        stock=[f for _, m in metas for f in m["stock"]],
+        crashed_workers=[c for _, m in metas for c in m["crashed_workers"]],
+        shard=f"{len(seen)} of {count} merged",
+        worker_seconds=sum(m["seconds"] * m["workers"] for _, m in metas),
+    )
+    return summary, problems
+
+
+def _crashed_workers(
+    procs, indices, records, out_dir: Path, repro_dir: Path
+) -> list[str]:
     """Workers that died without finishing: the program they checked is a repro."""
     from .repro import write_repro
 
     crashed = []
-    for i, proc in enumerate(procs):
+    for i, proc in zip(indices, procs):
         mine = [r for r in records if r["worker"] == i]
         if any(r["type"] == "done" for r in mine) and proc.returncode == 0:
             continue
@@ -602,11 +670,17 @@ def format_summary(summary: Summary) -> str:
         "",
         (
             f"== fuzz summary: profile {summary.profile}, {summary.workers} worker(s), "
-            f"seeds {summary.seeds[0]}..{summary.seeds[-1]}, {summary.seconds:.0f} s =="
+            f"seeds {min(summary.seeds)}..{max(summary.seeds)}, "
+            + (f"shard {summary.shard}, " if summary.shard != "1/1" else "")
+            + f"{summary.seconds:.0f} s =="
         ),
         (
             f"  programs tried          {agg['tried']:6d}   (checked {agg['checked']}, "
             f"invalid {st.get('invalid', 0)}, while shrinking {agg['shrinking']})"
+        ),
+        (
+            f"  throughput              {summary.programs_per_worker_second():6.2f}"
+            "   programs per second per worker"
         ),
         f"  overlay failures        {len(summary.failures):6d}",
     ]
