@@ -123,8 +123,12 @@ def test_junit_and_comparison(tmp_path, monkeypatch):
     monkeypatch.setattr(
         ut, "EXPECTED_CHANGES", {"T.e": ut.ExpectedChange("0099", "kind", "why")}
     )
-    stock = label("stock", {"a": "passed", "b": "failed", "c": "passed", "m.T.e": "passed"})
-    patched = label("patched", {"a": "failed", "b": "passed", "c": "passed", "m.T.e": "failed"})
+    stock = label(
+        "stock", {"a": "passed", "b": "failed", "c": "passed", "m.T.e": "passed"}
+    )
+    patched = label(
+        "patched", {"a": "failed", "b": "passed", "c": "passed", "m.T.e": "failed"}
+    )
     labels = {"stock": stock, "patched": patched}
     text, ok = ut.report("header", labels, [("stock", "patched")], [])
     assert not ok
@@ -138,7 +142,8 @@ def test_junit_and_comparison(tmp_path, monkeypatch):
     patched.outcomes["a"] = "passed"
     assert ut.report("header", labels, [("stock", "patched")], [])[1]
 
-    labels["patched"] = label("patched", patched.outcomes, ["f.py [1/1]: pytest exited 2"])
+    crashed = ["f.py [1/1]: pytest exited 2"]
+    labels["patched"] = label("patched", patched.outcomes, crashed)
     text, ok = ut.report("header", labels, [("stock", "patched")], [])
     assert not ok and "not comparable: f.py [1/1]: pytest exited 2" in text
 
@@ -220,10 +225,8 @@ def test_end_to_end_on_a_fake_checkout(tmp_path):
     summary = (out / "summary.md").read_text()
     assert "| stock | `test_fake.py` | 14 | 1 | 0 |" in summary
     assert "| patched | `test_fake.py` | 15 | 0 | 0 |" in summary
-    assert (
-        "| patched TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION=1 | `test_fake.py` | 14 | 1 |"
-        in summary
-    )
+    variant_row = "| patched TORCHINDUCTOR_CPP_LOOP_ORDERING_AFTER_FUSION=1 | "
+    assert f"{variant_row}`test_fake.py` | 14 | 1 |" in summary
     fixed = "test_fake.test_fixed_by_the_overlay"
     broken = "test_fake.test_broken_by_loop_ordering"
     plain, variant = summary.split("**patched TORCHINDUCTOR")
@@ -252,9 +255,8 @@ def test_shards_merge_into_the_unsharded_report(tmp_path):
     assert shard_ids[0] and shard_ids[1]
     assert not set(shard_ids[0]) & set(shard_ids[1])
 
-    merged = upstream_test(
-        "merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")
-    )
+    shards = [str(tmp_path / "s1"), str(tmp_path / "s2")]
+    merged = upstream_test("merge", *shards, "--out", str(tmp_path / "m"))
     assert merged.returncode == 0, merged.stdout + merged.stderr
     whole_labels, _, _ = ut.load_runs([tmp_path / "whole"])
     merged_labels, _, problems = ut.load_runs([tmp_path / "s1", tmp_path / "s2"])

@@ -324,13 +324,18 @@ def broken(run: FileRun, outcomes: dict[str, str]) -> str | None:
     if run.returncode == -1:
         return f"{where} timed out after {run.seconds:.0f} s"
     if run.returncode not in REPORTING_EXIT_CODES:
-        return f"{where}: pytest exited {run.returncode} (crash or collection error); see {run.log}"
+        return (
+            f"{where}: pytest exited {run.returncode} (crash or collection error); "
+            f"see {run.log}"
+        )
     if not outcomes and run.returncode != 5:
         return f"{where}: no test results; see {run.log}"
     return None
 
 
-def load_runs(dirs: list[Path]) -> tuple[dict[str, LabelResult], list[tuple], list[str]]:
+def load_runs(
+    dirs: list[Path],
+) -> tuple[dict[str, LabelResult], list[tuple], list[str]]:
     """The labels' merged results, the comparisons, and shard problems."""
     labels: dict[str, LabelResult] = {}
     pairs: list[tuple] = []
@@ -421,7 +426,10 @@ def report(
         for test_id in c.new_failures:
             change = explained(test_id)
             if change:
-                lines.append(f"- new failure explained by {change.patch}: {test_id}: {change.reason}")
+                lines.append(
+                    f"- new failure explained by {change.patch}: {test_id}: "
+                    f"{change.reason}"
+                )
         lines.append(
             "- new passes (fail on stock, pass on patched): "
             + (", ".join(c.new_passes) if c.new_passes else "none")
@@ -473,7 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
         "-k", default=None, help="pytest -k for every file (default: SUITES' own)"
     )
     run.add_argument("--shard", default="1/1", help="I/N: this shard of N")
-    run.add_argument("-n", "--workers", type=int, default=1, help="pytest-xdist workers")
+    run.add_argument(
+        "-n", "--workers", type=int, default=1, help="pytest-xdist workers"
+    )
     run.add_argument(
         "--variants",
         default="",
@@ -524,7 +534,10 @@ def run_main(args) -> int:
     )  # fmt: skip
     runs: list[FileRun] = []
     pairs: list[tuple[str, str]] = [("stock", "patched")]
-    sides = [("stock", args.stock_python, {}), ("patched", args.patched_python, {})]
+    sides: list[tuple[str, Path, dict[str, str]]] = [
+        ("stock", args.stock_python, {}),
+        ("patched", args.patched_python, {}),
+    ]
     for env in variants:
         label = variant_label(env)
         # stock torch does not read the overlay's own variables

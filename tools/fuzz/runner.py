@@ -594,7 +594,9 @@ def merge_runs(run_dirs: list[Path]) -> tuple[Summary, list[str]]:
         metas.append((Path(run_dir), json.loads(path.read_text())))
     campaigns = {(m["profile"], m.get("shard", "1/1").split("/")[1]) for _, m in metas}
     if len(campaigns) > 1:
-        problems.append(f"runs of different campaigns (profile, shards): {sorted(campaigns)}")
+        problems.append(
+            f"runs of different campaigns (profile, shards): {sorted(campaigns)}"
+        )
     seen: dict[str, Path] = {}
     records: list[dict] = []
     for run_dir, meta in metas:
@@ -606,7 +608,8 @@ def merge_runs(run_dirs: list[Path]) -> tuple[Summary, list[str]]:
         indices = meta.get("indices") or list(range(meta["workers"]))
         records += _read_records(run_dir, indices)
     count = int(next(iter(campaigns))[1]) if campaigns else 1
-    missing = [f"{i}/{count}" for i in range(1, count + 1) if f"{i}/{count}" not in seen]
+    expected = [f"{i}/{count}" for i in range(1, count + 1)]
+    missing = [shard for shard in expected if shard not in seen]
     if missing:
         problems.append("missing shard(s) " + ", ".join(missing))
     summary = Summary(
