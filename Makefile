@@ -14,6 +14,8 @@ STOCK_PY := $(STOCK_VENV)/bin/python
 # What `make test` runs: all of test/ (the tool's, flags-off == stock, and the
 # feature tests). Narrow it with e.g. TESTS=test/test_overlay_tool.py.
 TESTS ?= test/
+# pytest-xdist workers (one per core) and the 30 slowest tests in the log.
+PYTEST_WORKERS ?= $(shell nproc)
 PYTEST_ARGS ?=
 # make build: the PyTorch v2.13.0 checkout, the jobs, and the python whose env
 # receives the editable torch.  The steps are PyTorch's documented source build
@@ -110,7 +112,8 @@ cross-compiler:
 	  echo "error: $(CROSS_PACKAGE) installed but no $(CROSS_CXX) on PATH" >&2; exit 2; }
 
 test: install stock-venv lint cross-compiler
-	$(VENV_PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) $(TESTS)
+	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --durations=30 \
+	  $(PYTEST_ARGS) $(TESTS)
 
 verify: $(VENV)/.deps-installed
 	$(VENV_PY) -m tools.overlay verify
