@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 import torch
+from torch._dynamo import config as dynamo_config
+from torch._functorch import config as functorch_config
 from torch._inductor import config, cpu_vec_isa, metrics
 from torch._inductor.utils import run_and_get_cpp_code
 
@@ -59,6 +61,18 @@ class Compiled:
         return [k.text for k in analyze(self.code)]
 
 
+# The caches that would skip lowering a graph (Inductor's FX graph cache,
+# AOTAutograd's, dynamo's profile of dynamic sizes; patched where used):
+# what compile_and_run(keep_compiled_modules=True) turns off.
+GRAPH_CACHES_OFF = {
+    "force_disable_caches": False,
+    "fx_graph_cache": False,
+    "fx_graph_remote_cache": False,
+    "autotune_local_cache": False,
+    "autotune_remote_cache": False,
+}
+
+
 def overlay_flags(on: bool) -> dict[str, bool]:
     return config_patch(on)
 
@@ -80,20 +94,31 @@ def compile_and_run(
     overlay: bool = True,
     dynamic: bool = False,
     extra_config: dict | None = None,
+    keep_compiled_modules: bool = False,
 ) -> tuple[tuple, Compiled]:
     """Compile ``fn`` fresh and run it once: its outputs and loop structure.
 
     No comparison with eager; ``compile_and_inspect`` adds that.  The fuzzer
     (tools/fuzz) compares the outputs itself, flags on against flags off.
+    ``force_disable_caches`` gives every compile an empty cache directory;
+    ``keep_compiled_modules`` instead turns off only the caches of graphs
+    (every graph is still lowered and its C++ generated anew), so a C++
+    module built before for the same source and compiler flags is loaded,
+    not compiled again.
     """
     torch._dynamo.reset()
     metrics.reset()
     patch = {
         **overlay_flags(overlay),
-        "force_disable_caches": True,
+        **(GRAPH_CACHES_OFF if keep_compiled_modules else {"force_disable_caches": True}),
         **(extra_config or {}),
     }
-    with config.patch(patch), torch.no_grad():
+    with (
+        config.patch(patch),
+        functorch_config.patch(enable_autograd_cache=not keep_compiled_modules),
+        dynamo_config.patch(automatic_dynamic_local_pgo=not keep_compiled_modules),
+        torch.no_grad(),
+    ):
         actual, code = run_and_get_cpp_code(
             torch.compile(fn, dynamic=dynamic, fullgraph=True), *args
         )

@@ -15,10 +15,8 @@ import concurrent.futures
 import dataclasses
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -178,28 +176,21 @@ def test_fuzz_ci_profile(tmp_path, monkeypatch):
     """`make test`'s share of fuzzing, as a campaign of 2 shards run side by
     side and merged: no overlay failure; every overlay feature changed the
     kernels of at least one program; the shards' seeds and seed programs do
-    not overlap; each run's own Inductor cache is gone afterwards."""
+    not overlap; the Inductor cache they share is kept, pruned to its
+    budget."""
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    removed: list[str] = []
-    rmtree = shutil.rmtree
-
-    def recording_rmtree(path, *args, **kwargs):
-        removed.append(str(path))
-        return rmtree(path, *args, **kwargs)
-
-    monkeypatch.setattr(shutil, "rmtree", recording_rmtree)
+    cache, budget = tmp_path / "cache", 4 << 20
     lines: list[str] = []
 
     def shard(i: int):
-        return run_fuzz("ci", seed=0, workers=1, shard=(i, 2),
-                        out_dir=tmp_path / f"run{i}", log=lines.append)  # fmt: skip
+        return run_fuzz("ci", seed=0, workers=1, shard=(i, 2), cache_dir=cache,
+                        cache_budget=budget, out_dir=tmp_path / f"run{i}",
+                        log=lines.append)  # fmt: skip
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         shards = list(pool.map(shard, (1, 2)))
-    caches = [p for p in removed if "fuzz-inductor-cache-" in p]
-    assert len(caches) == 2 and all(c.startswith(str(tmp_path)) for c in caches)
-    assert not list(tmp_path.glob("fuzz-inductor-cache-*"))
+    kept = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file())
+    assert 0 < kept <= budget
     assert [s.seeds for s in shards] == [[0], [1]]
     # each shard ran its own half of the seed programs first (then generated
     # ones, which may happen to equal a seed program)
@@ -464,6 +455,19 @@ def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
     quiet = dict(log=lambda line: None)
     assert mutants.check_seeds(None, [seed], tmp_path, **quiet) == {seed: "ok"}
     assert mutants.check_seeds(mutant, [seed], tmp_path, **quiet) == {seed: "ours"}
+
+
+def test_the_kept_cache_loses_its_least_recently_used_files(tmp_path):
+    from tools.fuzz.runner import prune_cache
+
+    for age, name in enumerate(["new", "mid", "old"]):
+        path = tmp_path / "sub" / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (1e9 - age * 1000, 1e9 - age * 1000))
+    assert prune_cache(tmp_path, 2500) == 2000
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["mid", "new"]
+    assert prune_cache(tmp_path, 10_000) == 2000
 
 
 def test_a_shared_example_database_is_written_next_to_the_local_one(tmp_path):

@@ -178,6 +178,7 @@ def _compile(case: FuzzCase, fn, args, overlay: bool):
                 overlay=overlay,
                 dynamic=case.dynamic,
                 extra_config=_case_config(case, overlay),
+                keep_compiled_modules=True,  # the run's cache: runner.py
             )
     except Exception as exc:  # noqa: BLE001 - any crash is a finding
         return exc

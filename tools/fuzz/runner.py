@@ -26,11 +26,9 @@ import json
 import math
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +37,9 @@ from .reach import FEATURES, TITLES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO_ROOT / "build" / "fuzz"
+DEFAULT_CACHE = DEFAULT_OUT / "inductor-cache"
+# What the kept Inductor cache may hold after a run (FUZZ_CACHE_BUDGET_BYTES).
+CACHE_BUDGET_BYTES = int(os.environ.get("FUZZ_CACHE_BUDGET_BYTES", 4 << 30))
 # --streaming: streaming stores (0013) and prefetches (0014) need a kernel
 # whose data exceed the last-level cache; with a 64 KiB "cache" the fuzzer's
 # small programs qualify.
@@ -432,6 +433,8 @@ def run_fuzz(
     max_ops: int | None = None,
     streaming: bool = False,
     shard: tuple[int, int] = (1, 1),
+    cache_dir: Path | None = None,
+    cache_budget: int | None = None,
     progress_every: float = 15.0,
     log=print,
 ) -> Summary:
@@ -466,15 +469,20 @@ def run_fuzz(
 
     start = time.time()
     deadline = start + seconds if seconds else float("inf")
-    # Every program compiles twice and leaves its .so files in Inductor's
-    # cache: a long run filled tens of GB of /tmp.  Unless the caller chose
-    # a cache, the run gets its own, removed when the run ends.
+    # Inductor's cache is kept from run to run (build/fuzz/inductor-cache,
+    # unless the caller chose one): the vector-ISA probe and every C++ module
+    # already built for the same source and compiler flags (the seed
+    # programs flags off, a program drawn again) are not compiled again.
+    # The graph caches stay off (force_disable_caches): every program is
+    # lowered fresh.  Every program leaves its .so files there, so the run
+    # prunes the cache to CACHE_BUDGET_BYTES when it ends.
     own_cache = None
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        own_cache = tempfile.mkdtemp(prefix="fuzz-inductor-cache-")
+        own_cache = Path(cache_dir or DEFAULT_CACHE)
+        own_cache.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
-        **({"TORCHINDUCTOR_CACHE_DIR": own_cache} if own_cache else {}),
+        **({"TORCHINDUCTOR_CACHE_DIR": str(own_cache)} if own_cache else {}),
         "TORCHINDUCTOR_COMPILE_THREADS": "1",  # one process per worker, no compile pool
         "PYTHONPATH": os.pathsep.join(
             [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -545,7 +553,7 @@ def run_fuzz(
                 p.kill()
                 p.wait()
         if own_cache:
-            shutil.rmtree(own_cache, ignore_errors=True)
+            prune_cache(own_cache, cache_budget)
 
     records = _read_records(out_dir, indices)
     crashed = _crashed_workers(procs, indices, records, out_dir, repro_dir)
@@ -580,6 +588,27 @@ def run_fuzz(
     )  # fmt: skip
     log(format_summary(summary))
     return summary
+
+
+def prune_cache(root: Path, budget: int | None = None) -> int:
+    """Remove the least recently used files of an Inductor cache until it
+    holds at most ``budget`` bytes (CACHE_BUDGET_BYTES); the bytes kept."""
+    budget = CACHE_BUDGET_BYTES if budget is None else budget
+    files = []
+    for path in root.rglob("*"):
+        try:
+            if path.is_file() and not path.is_symlink():
+                st = path.stat()
+                files.append((max(st.st_atime, st.st_mtime), st.st_size, path))
+        except OSError:  # removed meanwhile
+            continue
+    total = sum(size for _, size, _ in files)
+    for _, size, path in sorted(files, key=lambda f: f[0]):
+        if total <= budget:
+            break
+        path.unlink(missing_ok=True)
+        total -= size
+    return total
 
 
 def merge_runs(run_dirs: list[Path]) -> tuple[Summary, list[str]]:
