@@ -73,6 +73,9 @@ GRAPH_CACHES_OFF = {
 }
 
 
+NO_CACHES = {"force_disable_caches": True}
+
+
 def overlay_flags(on: bool) -> dict[str, bool]:
     return config_patch(on)
 
@@ -110,7 +113,7 @@ def compile_and_run(
     metrics.reset()
     patch = {
         **overlay_flags(overlay),
-        **(GRAPH_CACHES_OFF if keep_compiled_modules else {"force_disable_caches": True}),
+        **(GRAPH_CACHES_OFF if keep_compiled_modules else NO_CACHES),
         **(extra_config or {}),
     }
     with (
