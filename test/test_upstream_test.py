@@ -274,5 +274,25 @@ def test_shards_merge_into_the_unsharded_report(tmp_path):
     assert twice.returncode == 2 and "shard 1/2 given twice" in twice.stderr
 
 
+@needs_venvs
+def test_one_side_runs_merge_with_the_other_sides_runs(tmp_path):
+    """Stock whole, patched in shards (a long patched run split after the
+    stock one finished): the merge compares the tests both sides ran and
+    says which shards of which side are missing."""
+    src = fake_checkout(tmp_path)
+    stock = fake_run(src, tmp_path / "stock", "--sides", "stock")
+    patched = fake_run(src, tmp_path / "p1", "--sides", "patched", "--shard", "1/2")
+    assert stock.returncode == 0 and patched.returncode == 0, patched.stdout
+    runs = json.loads((tmp_path / "p1" / "run.json").read_text())["runs"]
+    assert [r["label"] for r in runs] == ["patched"]
+    merged = upstream_test("merge", str(tmp_path / "stock"), str(tmp_path / "p1"))
+    assert merged.returncode == 1
+    assert "patched: missing shard(s) 2/2" in merged.stdout
+    assert "stock: missing" not in merged.stdout
+    labels, _, _ = ut.load_runs([tmp_path / "p1"])
+    assert len(labels["patched"].outcomes) < 15
+    assert "ran on one side only: " in merged.stdout
+
+
 def test_merge_refuses_a_directory_without_a_run(tmp_path):
     assert ut.main(["merge", str(tmp_path)]) == 2

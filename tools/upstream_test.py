@@ -336,52 +336,67 @@ def broken(run: FileRun, outcomes: dict[str, str]) -> str | None:
 def load_runs(
     dirs: list[Path],
 ) -> tuple[dict[str, LabelResult], list[tuple], list[str]]:
-    """The labels' merged results, the comparisons, and shard problems."""
+    """The labels' merged results, the comparisons, and what is missing.
+
+    Each torch (label) must be covered on its own: by a whole run (shard
+    1/1), or by every shard of one split; a run of one side only (``run
+    --sides``) merges with the other side's runs."""
     labels: dict[str, LabelResult] = {}
     pairs: list[tuple] = []
-    shards: dict[int, set[int]] = {}
+    covered: dict[str, dict[int, set[int]]] = {}  # label -> count -> shards
     for run_dir in dirs:
         manifest = run_dir / MANIFEST
         if not manifest.is_file():
             raise UsageError(f"{run_dir} has no {MANIFEST}: not an upstream-test run")
         data = json.loads(manifest.read_text())
         i, n = parse_shard(data["shard"])
-        if i in shards.setdefault(n, set()):
-            raise UsageError(f"shard {i}/{n} given twice ({run_dir})")
-        shards[n].add(i)
         for pair in data["comparisons"]:
             if tuple(pair) not in pairs:
                 pairs.append(tuple(pair))
+        for label in {raw["label"] for raw in data["runs"]}:
+            got = covered.setdefault(label, {}).setdefault(n, set())
+            if i in got:
+                raise UsageError(f"shard {i}/{n} given twice ({run_dir}, {label})")
+            got.add(i)
         for raw in data["runs"]:
-            run = FileRun(**raw)
-            outcomes = parse_junit(run_dir / run.junit)
-            result = labels.setdefault(run.label, LabelResult(run.label))
-            overlap = set(outcomes) & set(result.outcomes)
-            if overlap:
-                raise UsageError(
-                    f"{run_dir}: {len(overlap)} tests of {run.label} also in another "
-                    f"directory (e.g. {min(overlap)}): shards overlap"
-                )
-            result.outcomes.update(outcomes)
-            result.seconds[run.test_file] = (
-                result.seconds.get(run.test_file, 0.0) + run.seconds
-            )
-            counts = result.file_counts.setdefault(run.test_file, {})
-            for outcome in COUNTED:
-                counts[outcome] = counts.get(outcome, 0) + count(outcomes, outcome)
-            problem = broken(run, outcomes)
-            if problem:
-                result.problems.append(problem)
-    shard_problems = []
-    if len(shards) > 1:
-        shard_problems.append(f"runs split in different shard counts: {sorted(shards)}")
-    for n, got in shards.items():
+            _add_run(labels, run_dir, FileRun(**raw))
+    return labels, pairs, coverage_problems(covered)
+
+
+def _add_run(labels: dict[str, LabelResult], run_dir: Path, run: FileRun) -> None:
+    outcomes = parse_junit(run_dir / run.junit)
+    result = labels.setdefault(run.label, LabelResult(run.label))
+    overlap = set(outcomes) & set(result.outcomes)
+    if overlap:
+        raise UsageError(
+            f"{run_dir}: {len(overlap)} tests of {run.label} also in another "
+            f"directory (e.g. {min(overlap)}): shards overlap"
+        )
+    result.outcomes.update(outcomes)
+    result.seconds[run.test_file] = result.seconds.get(run.test_file, 0.0) + run.seconds
+    counts = result.file_counts.setdefault(run.test_file, {})
+    for outcome in COUNTED:
+        counts[outcome] = counts.get(outcome, 0) + count(outcomes, outcome)
+    problem = broken(run, outcomes)
+    if problem:
+        result.problems.append(problem)
+
+
+def coverage_problems(covered: dict[str, dict[int, set[int]]]) -> list[str]:
+    problems = []
+    for label, by_count in covered.items():
+        if 1 in by_count:
+            continue  # a whole run
+        if len(by_count) > 1:
+            problems.append(f"{label}: runs split in different shard counts")
+            continue
+        ((n, got),) = by_count.items()
         missing = sorted(set(range(1, n + 1)) - got)
         if missing:
-            shard_problems.append(
-                f"missing shard(s) {', '.join(f'{i}/{n}' for i in missing)}"
+            problems.append(
+                f"{label}: missing shard(s) {', '.join(f'{i}/{n}' for i in missing)}"
             )
-    return labels, pairs, shard_problems
+    return problems
 
 
 def explained(test_id: str) -> ExpectedChange | None:
@@ -411,6 +426,8 @@ def report(
                 f"{result.seconds[test_file]:.0f} s |"
             )
     for stock_label, patched_label in pairs:
+        if stock_label not in labels or patched_label not in labels:
+            continue  # a run of one side: its totals only
         c = Comparison(labels[stock_label], labels[patched_label])
         lines += ["", f"**{patched_label}** vs **{stock_label}**:"]
         problems = c.stock.problems + c.patched.problems
@@ -434,8 +451,10 @@ def report(
             "- new passes (fail on stock, pass on patched): "
             + (", ".join(c.new_passes) if c.new_passes else "none")
         )
-        if c.only_one_side:
-            lines.append("- ran on one side only: " + ", ".join(c.only_one_side))
+        one_side = c.only_one_side
+        if one_side:
+            shown = ", ".join(one_side[:10]) + (", ..." if len(one_side) > 10 else "")
+            lines.append(f"- ran on one side only: {len(one_side)} tests: {shown}")
     return "\n".join(lines), ok
 
 
@@ -481,6 +500,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-k", default=None, help="pytest -k for every file (default: SUITES' own)"
     )
     run.add_argument("--shard", default="1/1", help="I/N: this shard of N")
+    run.add_argument(
+        "--sides",
+        default="stock,patched",
+        help="which torch to run: stock, patched or both (a side run apart "
+        "merges with the other's runs)",
+    )
     run.add_argument(
         "-n", "--workers", type=int, default=1, help="pytest-xdist workers"
     )
@@ -546,6 +571,10 @@ def run_main(args) -> int:
             sides.append((stock_label, args.stock_python, env))
         sides.append((f"patched {label}", args.patched_python, env))
         pairs.append((stock_label, f"patched {label}"))
+    wanted = set(args.sides.split(","))
+    if not wanted or not wanted <= {"stock", "patched"}:
+        raise UsageError(f"--sides {args.sides!r}: stock, patched or stock,patched")
+    sides = [side for side in sides if side[0].split()[0] in wanted]
     for test_file, k in selection(tests, args.k).items():
         for label, python, env in sides:
             runs.append(run_file(settings, label, python, test_file, k, env))
