@@ -97,7 +97,7 @@ def test_classification(monkeypatch, off_delta, on_delta, status):
     """Flags on is blamed only where flags off agrees with eager, and only when
     it is less accurate than flags off (float64 reference), not just different."""
 
-    def fake_compile_and_run(fn, args, *, overlay, dynamic, extra_config):
+    def fake_compile_and_run(fn, args, *, overlay, dynamic, extra_config, **_):
         delta = on_delta if overlay else off_delta
         if delta == "raise":
             raise RuntimeError("C++ compile error")
@@ -113,7 +113,7 @@ def test_another_dtype_is_ours_however_accurate(monkeypatch):
     """Flags on returning float32 where flags off returns bfloat16 is closer to
     the float64 reference, and still wrong."""
 
-    def fake_compile_and_run(fn, args, *, overlay, dynamic, extra_config):
+    def fake_compile_and_run(fn, args, *, overlay, dynamic, extra_config, **_):
         outputs = fn(*(a.float() for a in args)) if overlay else fn(*args)
         return outputs, _FakeCompiled()
 
