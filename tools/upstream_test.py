@@ -44,6 +44,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from tools import shards
 from tools.flags import ENV_VARS
 from tools.patchset import REPO_ROOT
 from tools.upstream_expectations import EXPECTED_CHANGES, ExpectedChange
@@ -97,14 +98,10 @@ def check_source(src: str | None, tests: list[str]) -> Path:
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    index, sep, count = text.partition("/")
     try:
-        i, n = int(index), int(count)
-    except ValueError:
-        i = n = 0
-    if not sep or not 1 <= i <= n:
-        raise UsageError(f"--shard {text!r}: expected I/N with 1 <= I <= N")
-    return i, n
+        return shards.parse_shard(text)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def parse_variant(text: str) -> dict[str, str]:

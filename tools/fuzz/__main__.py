@@ -145,10 +145,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _shard(text: str) -> tuple[int, int]:
-    index, _, count = text.partition("/")
-    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
-        raise SystemExit(f"error: --shard {text!r}: expected I/N with 1 <= I <= N")
-    return int(index), int(count)
+    from tools.shards import parse_shard
+
+    try:
+        return parse_shard(text)
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
 
 
 def _merge(dirs: list[Path]) -> int:
