@@ -287,8 +287,8 @@ def test_one_side_runs_merge_with_the_other_sides_runs(tmp_path):
     assert [r["label"] for r in runs] == ["patched"]
     merged = upstream_test("merge", str(tmp_path / "stock"), str(tmp_path / "p1"))
     assert merged.returncode == 1
-    assert "patched: missing shard(s) 2/2" in merged.stdout
-    assert "stock: missing" not in merged.stdout
+    assert "patched test_fake.py: missing shard(s) 2/2" in merged.stdout
+    assert "stock test_fake.py: missing" not in merged.stdout
     labels, _, _ = ut.load_runs([tmp_path / "p1"])
     assert len(labels["patched"].outcomes) < 15
     assert "ran on one side only: " in merged.stdout

@@ -335,12 +335,12 @@ def load_runs(
 ) -> tuple[dict[str, LabelResult], list[tuple], list[str]]:
     """The labels' merged results, the comparisons, and what is missing.
 
-    Each torch (label) must be covered on its own: by a whole run (shard
-    1/1), or by every shard of one split; a run of one side only (``run
-    --sides``) merges with the other side's runs."""
+    Each file on each torch (label) must be covered on its own: by a whole
+    run (shard 1/1), or by every shard of one split; a run of one side only
+    (``run --sides``), or of other files, merges with the other runs."""
     labels: dict[str, LabelResult] = {}
     pairs: list[tuple] = []
-    covered: dict[str, dict[int, set[int]]] = {}  # label -> count -> shards
+    covered: dict[str, dict[int, set[int]]] = {}  # "label file" -> count -> shards
     for run_dir in dirs:
         manifest = run_dir / MANIFEST
         if not manifest.is_file():
@@ -350,10 +350,10 @@ def load_runs(
         for pair in data["comparisons"]:
             if tuple(pair) not in pairs:
                 pairs.append(tuple(pair))
-        for label in {raw["label"] for raw in data["runs"]}:
-            got = covered.setdefault(label, {}).setdefault(n, set())
+        for what in {f"{r['label']} {Path(r['test_file']).name}" for r in data["runs"]}:
+            got = covered.setdefault(what, {}).setdefault(n, set())
             if i in got:
-                raise UsageError(f"shard {i}/{n} given twice ({run_dir}, {label})")
+                raise UsageError(f"shard {i}/{n} given twice ({run_dir}, {what})")
             got.add(i)
         for raw in data["runs"]:
             _add_run(labels, run_dir, FileRun(**raw))
