@@ -79,11 +79,11 @@ CORPUS = (
     ),
     # 0023: maxima over 197 rows (blocks of 16, a masked last block, which
     # must pad with -inf) of negative values, and a mean over the same rows
-    # broadcast back over them
+    # broadcast back over them (a chain: rows 2 KiB apart, so it splits)
     _case(
         "    v1 = torch.amax(x0 - 4.0, dim=1)\n"
         "    v2 = x0 - torch.mean(x0, dim=1, keepdim=True)\n    return (v1, v2,)\n",
-        [(4, 197, 176)],
+        [(4, 197, 512)],
         ["reduce", "binary"],
     ),
     # 0009 0011: softmax over channels spelled out; its exp stays per block
