@@ -48,10 +48,10 @@ EXPECTED_CHANGES: dict[str, ExpectedChange] = {
         "fewer kernels: a fusion",
         "Swin's patch merging (reshape, permute, flatten) then LayerNorm(512) "
         "over (1, 56, 56, 128): stock makes 3 nests (the statistics' outer-loop "
-        "fusion falls back over mismatched vector tiling), the overlay one, "
-        "whose re-tiled levels share one vectorized kernel where stock's fallback "
-        "counted two: 3 vectorized kernels instead of 4 (4 with 0002 off, also "
-        "in one nest), and still no non-contiguous float load. Measured at the "
+        "fusion falls back over mismatched vector tiling), the overlay one. With "
+        "0002's re-tiling that nest counts 3 vectorized kernels, 4 without it "
+        "(also one nest), so the count drops by one where the nests drop by two; "
+        "still no non-contiguous float load. Measured at the "
         "test's shape: 0.79 / 0.80 of stock (1 / 2 threads).",
     ),
     "CPUReproTests.test_expr_vec_non_contiguous": ExpectedChange(
