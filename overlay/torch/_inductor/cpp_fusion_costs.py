@@ -297,9 +297,8 @@ GROUP_NORM_MIN_PIXEL_BLOCK = 4
 # The per-channel form makes four loop nests where the core decomposition
 # makes two: two more parallel regions and passes over small buffers, a
 # fixed cost that only the masked group slices it saves on larger inputs
-# pay back.  Below this many bytes of input the core form is kept (GroupNorm
-# over (2, 90, 16, 16), 180 KiB, ran slower with the sums at 1 and 2
-# threads, over (2, 128, 16, 16), 256 KiB, faster).
+# pay back.  Below this many bytes of input the core form is kept (the
+# measured crossing lies between 180 and 256 KiB: README, 0022).
 GROUP_NORM_CHANNEL_SUMS_MIN_BYTES = 192 * 1024
 
 
@@ -314,10 +313,8 @@ OUTER_REDUCTION_MIN_ROW = 16
 # The column walk re-reads one slab (the reduced rows under one outer
 # index, rows times the row stride) once per vector of the row.  A smaller
 # slab is re-read from L1 or streamed from L2 at a stride the prefetcher
-# follows: the split would only add a level (x.sum(1) over slabs of 16 to
-# 100 KiB ran 0.98-1.01 of one level at one thread and up to 1.07 at two;
-# over slabs from 196 KiB the blocks gained).  Also a bound on the whole
-# input, checked first, before the reads are analysed.
+# follows: the split would only add a level (README, 0023).  Also a bound
+# on the whole input, checked first, before the reads are analysed.
 OUTER_REDUCTION_MIN_BYTES = 128 * 1024
 # A reduction chained to another (a softmax's sum of exps after its max, a
 # LayerNorm's variance after its mean) splits only over an input that fits
