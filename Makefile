@@ -175,6 +175,8 @@ FUZZ_COVERAGE ?= 0
 # FUZZ_SHARD=I/N: shard I of a campaign of N machines (same FUZZ_SEED and
 # FUZZ_PROFILE everywhere); `make fuzz-merge FUZZ_RUNS="dir ..."` joins them.
 FUZZ_SHARD ?= 1/1
+# FUZZ_BATCH: programs compiled as one graph (empty: the profile's, 4)
+FUZZ_BATCH ?=
 FUZZ_RUNS ?=
 FUZZ_ARGS ?=
 # FUZZ_DB: hypothesis' example database shared between machines, a directory
@@ -186,7 +188,7 @@ fuzz: install
 	  || $(VENV_PY) -m pip install --quiet coverage; fi
 	$(VENV_PY) -m tools.fuzz run --profile "$(FUZZ_PROFILE)" --seconds "$(FUZZ_SECONDS)" \
 	  --examples "$(FUZZ_EXAMPLES)" --seed "$(FUZZ_SEED)" --workers "$(FUZZ_WORKERS)" \
-	  --shard "$(FUZZ_SHARD)" \
+	  --shard "$(FUZZ_SHARD)" --batch "$(FUZZ_BATCH)" \
 	  $(if $(filter 1,$(FUZZ_COVERAGE)),--coverage) $(FUZZ_ARGS)
 
 fuzz-merge:

@@ -123,6 +123,90 @@ def test_another_dtype_is_ours_however_accurate(monkeypatch):
     assert "float32[4, 5], expected bfloat16[4, 5]" in result.message
 
 
+SUM_SOURCE = (
+    "import torch\nimport torch.nn.functional as F\n\n\n"
+    "def program(x0, w1):\n    v2 = x0.sum(1) * w1\n    return (v2, x0)\n"
+)
+
+
+def _two_programs() -> list[FuzzCase]:
+    return [
+        FuzzCase(RELU_SOURCE, (InputSpec((4, 5)),), input_seed=1),
+        FuzzCase(SUM_SOURCE, (InputSpec((3, 7)), InputSpec((3,), role="weight")), 2),
+    ]
+
+
+def test_a_batch_returns_every_programs_outputs_in_order():
+    cases = _two_programs()
+    batch = check.batch_case(cases)
+    got = batch.build()(*[t for c in cases for t in c.make_inputs()])
+    want = [t for c in cases for t in c.build()(*c.make_inputs())]
+    assert len(got) == len(want) == 3
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    assert batch.inputs == cases[0].inputs + cases[1].inputs
+
+
+def _perturbing_compile(monkeypatch, broken):
+    """compile_and_run that adds 0.5 to the flags-on outputs ``broken`` picks."""
+    calls = []
+
+    def fake_compile_and_run(fn, args, *, overlay, dynamic, extra_config, **_):
+        calls.append(len(args))
+        outputs = fn(*args)
+        return tuple(
+            t + 0.5 if overlay and broken(t, len(args)) else t for t in outputs
+        ), _FakeCompiled()
+
+    monkeypatch.setattr(check.compile_utils, "compile_and_run", fake_compile_and_run)
+    return calls
+
+
+def test_a_batch_compiles_once_per_flag_setting(monkeypatch):
+    calls = _perturbing_compile(monkeypatch, lambda t, n: False)
+    results = check.check_batch(_two_programs())
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert calls == [3, 3]  # one graph of both programs' inputs, off then on
+    assert results[0].stats["batch"] == 2 and results[1].stats["batched"]
+
+
+def test_a_batch_failure_is_reported_on_the_program_alone(monkeypatch):
+    """Only the relu program's output is wrong: it fails alone too, and the
+    verdict is the one of the program alone; its neighbour stays ok."""
+    calls = _perturbing_compile(monkeypatch, lambda t, n: t.shape == (4, 5))
+    relu, summed = check.check_batch(_two_programs())
+    assert (relu.status, summed.status) == ("ours", "ok")
+    assert relu.repro is None and "batch" not in relu.stats
+    assert calls == [3, 3, 1, 1]  # the batch, then the relu program alone
+
+
+def test_a_failure_only_in_the_batch_is_reported_on_the_batch(monkeypatch):
+    calls = _perturbing_compile(monkeypatch, lambda t, n: n == 3 and t.shape == (3,))
+    relu, summed = check.check_batch(_two_programs())
+    assert (relu.status, summed.status) == ("ok", "ours")
+    assert summed.kind.endswith("(in a batch only)")
+    assert summed.repro is not None and len(summed.repro.inputs) == 3
+    assert summed.stats["repro_batch"]  # the batch as one program fails again
+    assert calls == [3, 3, 2, 2, 3, 3]
+
+
+def test_a_crashing_batch_is_checked_program_by_program(monkeypatch):
+    def fake_compile_and_run(fn, args, *, overlay, dynamic, extra_config, **_):
+        if overlay and len(args) == 3:
+            raise RuntimeError("C++ compile error")
+        return fn(*args), _FakeCompiled()
+
+    monkeypatch.setattr(check.compile_utils, "compile_and_run", fake_compile_and_run)
+    assert [r.status for r in check.check_batch(_two_programs())] == ["ok", "ok"]
+
+
+def test_seed_programs_are_batched_by_how_they_compile():
+    from tools.fuzz.runner import batches
+
+    a, b = _two_programs()
+    c = dataclasses.replace(a, threads=2)
+    assert batches([a, c, b, a], 2) == [(a, b), (a,), (c,)]
+
+
 class _FakeCompiled:
     nests, total_nests, outer_fused, retiled, reordered, kernels = [1], 1, 0, 0, 0, []
     code = ""

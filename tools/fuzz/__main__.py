@@ -90,6 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
         "examples split without overlap; `merge` joins the shards' runs)",
     )
 
+    run.add_argument(
+        "--batch",
+        type=_int_or_none,
+        default=None,
+        help="programs compiled as one graph, each compared on its own "
+        "(default: the profile's; 1: one program per compile)",
+    )
+
     merge = sub.add_parser("merge", help="one summary of the shards' run directories")
     merge.add_argument("dirs", type=Path, nargs="+")
 
@@ -111,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--max-ops", type=int, default=None)
     worker.add_argument("--no-shrink", action="store_true")
     worker.add_argument("--workers", type=int, default=1)
+    worker.add_argument("--batch", type=int, default=1)
     return parser
 
 
@@ -123,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             index=args.index, seed=args.seed, examples=args.examples,
             deadline=args.deadline, profile=args.profile, out_dir=args.out,
             repro_dir=args.repro_dir, focus=args.focus, shrink=not args.no_shrink,
-            max_ops=args.max_ops, workers=args.workers,
+            max_ops=args.max_ops, workers=args.workers, batch=args.batch,
         )  # fmt: skip
         run_worker(options)
         return 0
@@ -140,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers, coverage=args.coverage, repro_dir=args.repro_dir,
         out_dir=args.out, focus=args.focus, shrink=not args.no_shrink,
         max_ops=args.max_ops, streaming=args.streaming, shard=shard,
+        batch=args.batch,
     )  # fmt: skip
     return 0 if summary.ok else 1
 

@@ -118,6 +118,9 @@ class CheckResult:
     kind: str = ""  # short description of the failure
     message: str = ""
     stats: dict = dataclasses.field(default_factory=dict)
+    # the program to write as the repro, when not the checked one: a batch's
+    # failure that its member does not show alone
+    repro: FuzzCase | None = None
 
     @property
     def failed(self) -> bool:
@@ -195,16 +198,9 @@ def check_case(case: FuzzCase) -> CheckResult:
     """Every run gets fresh inputs: programs with in-place ops mutate them."""
     fn = case.build()
     warnings.filterwarnings("ignore", message=".*dynamo_pgo force disabled.*")
-    try:
-        with torch.no_grad():
-            out = fn(*case.make_inputs())
-            out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-            expected = tuple(t.clone() for t in out)  # an output may be an input
-    except Exception as exc:  # noqa: BLE001
-        return CheckResult("invalid", "eager error", _describe(exc))
-    if not all(torch.isfinite(t).all() for t in expected):
-        return CheckResult("invalid", "eager inf/nan")
-
+    expected = _eager(case, fn)
+    if isinstance(expected, CheckResult):
+        return expected
     off = _compile(case, fn, case.make_inputs(), overlay=False)
     on = _compile(case, fn, case.make_inputs(), overlay=True)
     stats = _stats(off, on)
@@ -219,6 +215,136 @@ def check_case(case: FuzzCase) -> CheckResult:
 
     reference = _reference64(fn, case.make_inputs())
     return _classify(case, expected, reference, off[0], on[0], stats)
+
+
+# --- batches ------------------------------------------------------------------
+#
+# A batch is several independent programs that share how they compile
+# (config, dynamic, flags, threads, cache size), compiled as one graph: one
+# Dynamo trace, one Inductor lowering, one C++ module and one g++ call per
+# flag setting instead of one per program.  The programs share no tensor, so
+# the scheduler has nothing to fuse between them (a fusion needs shared data);
+# every program's outputs are compared on their own.
+
+BATCH_SHARED = ("dynamic", "config", "flags", "threads", "cache_bytes")
+
+
+def batch_key(case: FuzzCase) -> tuple:
+    """Cases with the same key can share a batch."""
+    return tuple(getattr(case, name) for name in BATCH_SHARED)
+
+
+def batch_case(cases) -> FuzzCase:
+    """The programs as one: ``program`` calls ``program_0``, ``program_1``...
+    on its slices of the inputs and returns all their outputs.  A repro of a
+    failure that only shows in the batch."""
+    from .program import SOURCE_HEADER
+
+    defs: list[str] = []
+    calls: list[str] = []
+    inputs: list = []
+    for i, case in enumerate(cases):
+        body = case.source.removeprefix(SOURCE_HEADER)
+        defs.append(body.replace("def program(", f"def program_{i}(", 1).strip())
+        names = [f"a{len(inputs) + j}" for j in range(len(case.inputs))]
+        inputs.extend(case.inputs)
+        calls.append(f"*program_{i}({', '.join(names)})")
+    args = ", ".join(f"a{j}" for j in range(len(inputs)))
+    source = "\n\n".join(
+        [SOURCE_HEADER.rstrip("\n"), *defs, f"def program({args}):\n"
+         f"    return ({', '.join(calls)},)"]
+    ) + "\n"  # fmt: skip
+    first = cases[0]
+    return dataclasses.replace(
+        first,
+        source=source,
+        inputs=tuple(inputs),
+        kinds=tuple(k for case in cases for k in case.kinds),
+    )
+
+
+def _batch_inputs(cases) -> list[torch.Tensor]:
+    """Every member's own inputs: a member sees the values it sees alone."""
+    return [t for case in cases for t in case.make_inputs()]
+
+
+def _eager(case: FuzzCase, fn) -> tuple | CheckResult:
+    """The eager outputs (cloned), or the ``invalid`` result."""
+    try:
+        with torch.no_grad():
+            out = fn(*case.make_inputs())
+            out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            expected = tuple(t.clone() for t in out)  # an output may be an input
+    except Exception as exc:  # noqa: BLE001
+        return CheckResult("invalid", "eager error", _describe(exc))
+    if not all(torch.isfinite(t).all() for t in expected):
+        return CheckResult("invalid", "eager inf/nan")
+    return expected
+
+
+def check_batch(cases) -> list[CheckResult]:
+    """``check_case`` for each of ``cases`` (one ``batch_key``), compiled as
+    one graph.  A crash of the batch and every ``ours`` verdict are checked
+    again with the program alone: a failure is reported on the smallest
+    program that shows it, and one that shows only in the batch is reported
+    on the batch (``batch_case``), if the batch fails again as one program.
+    Loop-nest and reach statistics are the batch's: they sit on the first
+    member's result, the others carry ``batched``."""
+    if len(cases) == 1:
+        return [check_case(cases[0])]
+    assert len({batch_key(c) for c in cases}) == 1, "one compile setting per batch"
+    warnings.filterwarnings("ignore", message=".*dynamo_pgo force disabled.*")
+    results: list[CheckResult | None] = [None] * len(cases)
+    members, expected = [], []
+    for i, case in enumerate(cases):
+        eager = _eager(case, case.build())
+        if isinstance(eager, CheckResult):
+            results[i] = eager
+        else:
+            members.append(i)
+            expected.append(eager)
+    if len(members) < 2:
+        return [r or check_case(case) for r, case in zip(results, cases)]
+    valid = [cases[i] for i in members]
+    batch = batch_case(valid)
+    fn = batch.build()
+    off = _compile(batch, fn, _batch_inputs(valid), overlay=False)
+    on = _compile(batch, fn, _batch_inputs(valid), overlay=True)
+    if isinstance(off, Exception) or isinstance(on, Exception):
+        return [r or check_case(case) for r, case in zip(results, cases)]
+    batch_stats = _stats(off, on)
+    start = 0
+    for n, (i, want) in enumerate(zip(members, expected)):
+        case, end = cases[i], start + len(want)
+        stats = dict(batch_stats) if n == 0 else {"batched": True}
+        stats["batch"] = len(valid)
+        reference = _reference64(case.build(), case.make_inputs())
+        results[i] = _classify(
+            case, want, reference, off[0][start:end], on[0][start:end], stats
+        )
+        start = end
+    checked = [r for r in results if r is not None]  # every one, by now
+    return [
+        _alone_or_batch(case, batch, r) if r.failed else r
+        for r, case in zip(checked, cases)
+    ]
+
+
+def _alone_or_batch(case: FuzzCase, batch: FuzzCase, in_batch: CheckResult):
+    """The verdict of ``case`` alone if it fails alone; else the batch's."""
+    alone = check_case(case)
+    if alone.failed:
+        return alone
+    again = check_case(batch)
+    kind = f"{in_batch.kind} (in a batch only)"
+    note = (
+        "the member passes alone; the batch as one program "
+        + ("fails too: " + again.message if again.failed else "passes")
+    )
+    return dataclasses.replace(
+        in_batch, kind=kind, message=f"{in_batch.message}; {note}",
+        stats={**in_batch.stats, "repro_batch": again.failed}, repro=batch,
+    )  # fmt: skip
 
 
 def _reference64(fn, args) -> tuple | None:

@@ -16,6 +16,10 @@ Profiles (hypothesis settings plus strategy size):
              seeds unless given; failures are saved in .hypothesis/ and
              replayed first on the next run
 ``nightly``  larger programs (up to 10 ops), an hour by default
+
+Every profile checks its programs in batches (``--batch``, default 4):
+``check.check_batch`` compiles a batch as one graph and judges every program
+on its own.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ class Profile:
     fixed_seed: bool
     database: bool
     shrink_grace: float  # extra seconds for shrinking a failure found late
+    # programs compiled as one graph (check.check_batch); --batch overrides
+    batch: int = 4
 
 
 PROFILES = {
@@ -98,6 +104,7 @@ class WorkerOptions:
     shrink: bool = True
     max_ops: int | None = None
     workers: int = 1  # how many share the seed programs (corpus.py)
+    batch: int = 1  # programs compiled as one graph (check.check_batch)
 
 
 class _Recorder:
@@ -177,10 +184,10 @@ def run_worker(opts: WorkerOptions) -> None:
 
     from hypothesis import example, given, reject, seed
 
-    from .check import check_case
+    from .check import check_batch
     from .corpus import corpus_for
     from .repro import known_crashes, signature, write_repro
-    from .strategy import StrategyParams, fuzz_cases
+    from .strategy import StrategyParams, fuzz_batches
 
     warnings.filterwarnings("ignore")
     profile = PROFILES[opts.profile]
@@ -198,26 +205,31 @@ def run_worker(opts: WorkerOptions) -> None:
     checked: dict[str, Any] = {}
     known = known_crashes(opts.repro_dir)  # crashes that have an xfail repro already
 
-    def fuzz_one(case):
+    def fuzz_one(cases):
         if time.time() > opts.deadline + (profile.shrink_grace if failures else 0):
             raise _TimeUp
-        digest = case.digest()
-        result = checked.get(digest)
-        if result is None:
+        digests = [case.digest() for case in cases]
+        fresh = [c for c, d in zip(cases, digests) if d not in checked]
+        for case in fresh:
             rec.write("start", case=case_to_json(case))
-            result = check_case(case)
+        for case, result in zip(fresh, check_batch(fresh) if fresh else []):
             sig = signature(result.kind, result.message)
             if result.failed and result.crashed and sig in known:
                 result = dataclasses.replace(result, status="known")
-            checked[digest] = result
-            record(case, result, digest)
-        if result.status == "invalid":
+            checked[case.digest()] = result
+            record(case, result, case.digest())
+        results = [checked[d] for d in digests]
+        if all(result.status == "invalid" for result in results):
             reject()
-        if result.failed:
-            failures[result.kind] = (case, result)
-            if result.crashed:
+        for case, result in zip(cases, results):
+            if result.failed:
+                failures[result.kind] = (result.repro or case, result)
+        for result in results:
+            if result.failed and result.crashed:
                 raise OverlayCrash(f"{result.kind}: {result.message}")
-            raise OverlayMismatch(f"{result.kind}: {result.message}")
+        for result in results:
+            if result.failed:
+                raise OverlayMismatch(f"{result.kind}: {result.message}")
 
     def record(case, result, digest):
         rec.write(
@@ -255,11 +267,12 @@ def run_worker(opts: WorkerOptions) -> None:
                 "stock", kind=result.kind, message=result.message[:2000], path=str(path)
             )
 
-    test = given(fuzz_cases(params))(fuzz_one)
-    for case in reversed(corpus_for(opts.index, opts.workers)):
-        test = example(case)(test)  # seed programs run first
+    test = given(fuzz_batches(params, opts.batch))(fuzz_one)
+    seeds = batches(corpus_for(opts.index, opts.workers), opts.batch)
+    for batch in reversed(seeds):
+        test = example(batch)(test)  # seed programs run first
     test = seed(opts.seed)(
-        hypothesis_settings(profile, opts.examples, opts.shrink)(test)
+        hypothesis_settings(profile, -(-opts.examples // opts.batch), opts.shrink)(test)
     )
     reason = "examples"
     try:
@@ -281,6 +294,23 @@ def run_worker(opts: WorkerOptions) -> None:
             source=case.source, case=case_to_json(case),
         )  # fmt: skip
     rec.write("done", reason=reason)
+
+
+def batches(cases, size: int) -> list[tuple]:
+    """``cases`` in order, grouped into batches of up to ``size`` that
+    compile alike (``check.batch_key``)."""
+    from .check import batch_key
+
+    groups: dict[tuple, list] = {}
+    out: list[tuple] = []
+    for case in cases:
+        group = groups.setdefault(batch_key(case), [])
+        group.append(case)
+        if len(group) == size:
+            out.append(tuple(group))
+            group.clear()
+    out += [tuple(group) for group in groups.values() if group]
+    return out
 
 
 # --- parent ------------------------------------------------------------------
@@ -343,6 +373,8 @@ def aggregate(examples: list[dict]) -> dict:
     return {
         "tried": len(examples),
         "checked": len(checked),
+        # compiles: a batch's statistics sit on its first program's record
+        "compiled_units": sum(1 for r in checked if not r["stats"].get("batched")),
         "shrinking": sum(1 for r in examples if r.get("shrinking")),
         "status": dict(by_status),
         "totals": dict(s),
@@ -408,7 +440,7 @@ def _worker_command(
         "--index", str(opts.index), "--seed", str(opts.seed),
         "--examples", str(opts.examples), "--deadline", repr(opts.deadline),
         "--profile", opts.profile, "--out", str(opts.out_dir),
-        "--workers", str(opts.workers),
+        "--workers", str(opts.workers), "--batch", str(opts.batch),
         "--repro-dir", str(opts.repro_dir), "--focus", opts.focus,
     ]  # fmt: skip
     if not opts.shrink:
@@ -435,6 +467,7 @@ def run_fuzz(
     shard: tuple[int, int] = (1, 1),
     cache_dir: Path | None = None,
     cache_budget: int | None = None,
+    batch: int | None = None,
     progress_every: float = 15.0,
     log=print,
 ) -> Summary:
@@ -511,6 +544,7 @@ def run_fuzz(
             shrink=shrink,
             max_ops=max_ops,
             workers=slots,
+            batch=batch or prof.batch,
         )
         log_file = (out_dir / f"worker{g}.log").open("w")
         proc = subprocess.Popen(
@@ -716,6 +750,12 @@ def format_summary(summary: Summary) -> str:
         ),
         f"  overlay failures        {len(summary.failures):6d}",
     ]
+    units = agg.get("compiled_units", agg["checked"])
+    if units < agg["checked"]:
+        lines.append(
+            f"  batches                 {units:6d}   (programs compiled together; "
+            "the statistics below count batches as programs)"
+        )
     for f in summary.failures:
         lines.append(f"    [{f['kind']}] {_rel(f['path'])}")
         lines.append(f"      {f['message'][:300]}")

@@ -822,3 +822,21 @@ def fuzz_cases(draw, params: StrategyParams = StrategyParams()) -> FuzzCase:
         threads=draw(st.sampled_from([0, 1, 2, 4])),
         cache_bytes=draw(st.sampled_from(CACHE_BYTES)),
     )
+
+
+@st.composite
+def fuzz_batches(
+    draw, params: StrategyParams = StrategyParams(), size: int = 1
+) -> tuple[FuzzCase, ...]:
+    """Up to ``size`` cases that compile alike (``check.batch_key``): the
+    first case's config, dynamic shapes, flags, threads and cache size, with
+    programs and input seeds of their own.  Batches are always full (a
+    shorter list would save less); a failure is reported on the member that
+    fails alone (``check.check_batch``), which shrinks with the rest."""
+    from .check import BATCH_SHARED
+
+    first = draw(fuzz_cases(params))
+    shared = {name: getattr(first, name) for name in BATCH_SHARED}
+    n = max(0, size - 1)
+    rest = draw(st.lists(fuzz_cases(params), min_size=n, max_size=n))
+    return (first, *(dataclasses.replace(case, **shared) for case in rest))
