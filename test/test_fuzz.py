@@ -567,7 +567,59 @@ def test_a_shared_example_database_is_written_next_to_the_local_one(tmp_path):
     db.delete(b"key", b"failing example")
 
 
+def test_last_nights_database_is_read_from_a_github_artifact_and_never_written():
+    from hypothesis.database import (
+        GitHubArtifactDatabase,
+        MultiplexedDatabase,
+        ReadOnlyDatabase,
+    )
+
+    from tools.fuzz.runner import example_database
+
+    db = example_database("github:octo/overlay/fuzz-db")
+    assert isinstance(db, MultiplexedDatabase)
+    shared = db._wrapped[1]
+    assert isinstance(shared, ReadOnlyDatabase)
+    inner = shared._wrapped
+    assert isinstance(inner, GitHubArtifactDatabase)
+    assert (inner.owner, inner.repo, inner.artifact_name) == (
+        "octo", "overlay", "fuzz-db"
+    )
+    shared.save(b"key", b"value")  # read only: a no-op, no network
+    with pytest.raises(ValueError, match="OWNER/REPO"):
+        example_database("github:just-a-name")
+
+
 def test_check_result_flags():
     assert CheckResult("ours", "crash with flags on").crashed
     assert CheckResult("ours", "flags on disagrees with flags off").failed
     assert not CheckResult("stock", "crash with flags on and off").failed
+
+
+def test_the_nightly_workflow_runs_every_shard_and_merges_them():
+    """.github/workflows/fuzz-nightly.yml: the matrix names every shard of
+    $SHARDS, each job's `make fuzz` line expands (make -n) to arguments the
+    fuzzer accepts, and the merge job reads every shard's run directory."""
+    import re
+    import shlex
+
+    from tools.fuzz.__main__ import build_parser
+
+    text = (REPO_ROOT / ".github" / "workflows" / "fuzz-nightly.yml").read_text()
+    shards = int(re.search(r"SHARDS: (\d+)", text).group(1))
+    matrix = re.search(r"shard: \[([\d, ]+)\]", text).group(1)
+    assert [int(s) for s in matrix.split(",")] == list(range(1, shards + 1))
+    fuzz = re.search(r"make fuzz (.*?)\n\s+env:", text, re.S).group(1)
+    values = {"github.run_number": "41", "matrix.shard": "3", "env.SHARDS": "8",
+              "inputs.seconds || '3600'": "3600", "github.repository": "o/r"}
+    fuzz = re.sub(r"\$\{\{ (.*?) \}\}", lambda m: values[m.group(1)], fuzz)
+    dry = subprocess.run(
+        ["make", "-n", "fuzz", *shlex.split(fuzz)], cwd=REPO_ROOT,
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    command = dry[dry.index("-m tools.fuzz run") :].replace("\\\n", " ")
+    args = build_parser().parse_args(shlex.split(command.split("\n")[0])[2:])
+    assert (args.profile, args.shard, args.seed) == ("nightly", "3/8", 41)
+    assert str(args.out) == "build/fuzz/shard3"
+    assert "FUZZ_DB=github:o/r" in fuzz
+    assert "python -m tools.fuzz merge shards/fuzz-shard-*/build/fuzz/shard*" in text

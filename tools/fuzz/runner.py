@@ -132,10 +132,18 @@ def case_from_json(data: dict):
 
 # Where the dev and nightly profiles keep failing examples, to replay them
 # first next time: .hypothesis/fuzz, or $FUZZ_HYPOTHESIS_DB (make fuzz
-# FUZZ_DB=...): a directory on shared storage, or redis://host:port/db for
-# hypothesis' Redis database (pip install redis); both are read and written
-# next to the local directory, so that machines share what each one found.
+# FUZZ_DB=...), read and written next to the local directory so that machines
+# share what each one found:
+#   a directory on shared storage;
+#   redis://host:port/db, hypothesis' Redis database (pip install redis);
+#   github:OWNER/REPO[/ARTIFACT], read only: the example database a CI run of
+#   that repository uploaded as an artifact (default name
+#   hypothesis-example-db; the nightly workflow uploads .hypothesis/fuzz under
+#   it), hypothesis' GitHubArtifactDatabase ($GITHUB_TOKEN for a private
+#   repository).  What this run finds goes to the local directory, which the
+#   workflow uploads in turn.
 DATABASE_ENV = "FUZZ_HYPOTHESIS_DB"
+GITHUB_ARTIFACT = "hypothesis-example-db"
 
 
 def example_database(location: str | None = None):
@@ -157,9 +165,24 @@ def example_database(location: str | None = None):
         from hypothesis.extra.redis import RedisExampleDatabase
 
         shared = RedisExampleDatabase(redis.Redis.from_url(location))
+    elif location.startswith("github:"):
+        shared = github_artifact_database(location.removeprefix("github:"))
     else:
         shared = DirectoryBasedExampleDatabase(location)
     return MultiplexedDatabase(local, shared)
+
+
+def github_artifact_database(spec: str):
+    """``OWNER/REPO[/ARTIFACT]``: the artifact's database, read only (it is
+    downloaded on the first read)."""
+    from hypothesis.database import GitHubArtifactDatabase, ReadOnlyDatabase
+
+    parts = spec.split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise ValueError(f"github:{spec}: expected github:OWNER/REPO[/ARTIFACT]")
+    owner, repo, *artifact = parts
+    name = artifact[0] if artifact else GITHUB_ARTIFACT
+    return ReadOnlyDatabase(GitHubArtifactDatabase(owner, repo, artifact_name=name))
 
 
 def hypothesis_settings(profile: Profile, examples: int, shrink: bool):
