@@ -197,12 +197,19 @@ fuzz-merge:
 	$(VENV_PY) -m tools.fuzz merge $(FUZZ_RUNS)
 
 # make fuzz-mutants: the overlay's hand-written mutants, one fuzz run each
-# (one worker, MUTANT_SECONDS each, stopped at the first failure) after a
-# control run -> build/fuzz-mutants/report.md.  MUTANT_ARGS e.g. --only 0009,0011
+# (one worker, stopped at the first failure) after a control run ->
+# build/fuzz-mutants/report.md.  Every run checks the control's
+# MUTANT_EXAMPLES programs (same seed), reusing the control's flags-off
+# results and C++ modules; MUTANT_JOBS mutants at a time.  MUTANT_EXAMPLES=
+# (empty) fuzzes MUTANT_SECONDS per mutant instead.  MUTANT_ARGS e.g.
+# --only 0009,0011
+MUTANT_EXAMPLES ?= 300
+MUTANT_JOBS ?= $(shell nproc)
 MUTANT_SECONDS ?= 90
 MUTANT_ARGS ?=
 fuzz-mutants: install
-	$(VENV_PY) -m tools.fuzz.mutants --seconds "$(MUTANT_SECONDS)" $(MUTANT_ARGS)
+	$(VENV_PY) -m tools.fuzz.mutants --seconds "$(MUTANT_SECONDS)" --jobs "$(MUTANT_JOBS)" \
+	  $(if $(MUTANT_EXAMPLES),--examples "$(MUTANT_EXAMPLES)") $(MUTANT_ARGS)
 
 demo: install
 	@if [ -f tools/demo.py ]; then $(VENV_PY) -m tools.demo; else echo "no tools/demo.py yet"; fi

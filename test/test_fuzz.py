@@ -199,6 +199,28 @@ def test_a_crashing_batch_is_checked_program_by_program(monkeypatch):
     assert [r.status for r in check.check_batch(_two_programs())] == ["ok", "ok"]
 
 
+def test_the_flags_off_store_compiles_each_program_once(monkeypatch, tmp_path):
+    """With FUZZ_FLAGS_OFF_STORE (the mutant runner's), a program checked
+    again loads its flags-off result; a member's other input values are
+    another program."""
+    monkeypatch.setenv(check.FLAGS_OFF_STORE_ENV, str(tmp_path))
+    calls = []
+
+    def fake_compile_and_run(fn, args, *, overlay, dynamic, extra_config, **_):
+        calls.append("on" if overlay else "off")
+        return tuple(fn(*args)), _FakeCompiled()
+
+    monkeypatch.setattr(check.compile_utils, "compile_and_run", fake_compile_and_run)
+    cases = _two_programs()
+    for _ in range(2):
+        assert check_case(cases[0]).status == "ok"
+        assert [r.status for r in check.check_batch(cases)] == ["ok", "ok"]
+    assert calls == ["off", "on", "off", "on", "on", "on"]
+    reseeded = [cases[0], dataclasses.replace(cases[1], input_seed=3)]
+    check.check_batch(reseeded)
+    assert calls[-2:] == ["off", "on"]
+
+
 def test_seed_programs_are_batched_by_how_they_compile():
     from tools.fuzz.runner import batches
 
@@ -414,6 +436,39 @@ def test_mutant_report_rates_per_feature():
     assert "| 0009 | 4 | 1 | 1 | 1 | 1 (0) | 0 (0) | 50% |" in text
     assert "`0009-b` (check): survived" in text and "`0009-c`" in text
     assert "equivalent: dead code" in text
+
+
+def test_every_mutant_replays_the_controls_programs(tmp_path, monkeypatch):
+    """run_mutants(examples=N): the control and every mutant run N programs
+    from the same seed, all reading one flags-off store that the report's
+    control starts empty."""
+    started = []
+
+    class FakeProcess:
+        pid, returncode = 0, 0
+
+        def __init__(self, cmd, env, **_):
+            started.append((cmd, env))
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(mutants.subprocess, "Popen", FakeProcess)
+    (tmp_path / "flags-off").mkdir()
+    (tmp_path / "flags-off" / "stale.pt").write_text("an earlier control's")
+    report = mutants.run_mutants(
+        only="0003-remainder-minus-one,0005-prefix-at-least", examples=300,
+        jobs=2, seed=5, out=tmp_path, log=lambda *_: None,
+    )  # fmt: skip
+    assert len(started) == 3  # the control, then the two mutants
+    for cmd, env in started:
+        assert cmd[cmd.index("--examples") + 1] == "300"
+        assert cmd[cmd.index("--seed") + 1] == "5"
+        assert env[check.FLAGS_OFF_STORE_ENV] == str(tmp_path / "flags-off")
+    assert not (tmp_path / "flags-off" / "stale.pt").exists()
+    assert "the control's 300 programs per mutant (2 mutants at a time)" in (
+        mutants.format_report(report)
+    )
 
 
 def test_a_double_fault_mutant_applies_every_edit(tmp_path):

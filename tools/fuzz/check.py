@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import sys
 import time
@@ -188,6 +189,34 @@ def _compile(case: FuzzCase, fn, args, overlay: bool):
     return outputs, compiled, time.perf_counter() - start, reach.counts()
 
 
+# A directory of flags-off results kept across the runs of one campaign
+# (the mutant runner sets it: every mutant replays the control's programs,
+# whose flags-off compile the mutated overlay never enters).  A program's
+# flags-off outputs and structure are computed once and loaded after.
+FLAGS_OFF_STORE_ENV = "FUZZ_FLAGS_OFF_STORE"
+
+
+def _compile_off(case: FuzzCase, fn, args, key: str):
+    """``_compile(..., overlay=False)``, through the flags-off store if set;
+    ``key`` names the program and its input values."""
+    store = os.environ.get(FLAGS_OFF_STORE_ENV)
+    if not store:
+        return _compile(case, fn, args, overlay=False)
+    path = Path(store) / f"{key}.pt"
+    if path.exists():
+        try:
+            return torch.load(path, weights_only=False)
+        except Exception:  # noqa: BLE001 - a partial file: compile again
+            pass
+    result = _compile(case, fn, args, overlay=False)
+    if not isinstance(result, Exception):  # a crash is compiled again, cheaply
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        torch.save(result, partial)
+        partial.replace(path)
+    return result
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = next((line for line in text if line.strip()), "")
@@ -201,7 +230,7 @@ def check_case(case: FuzzCase) -> CheckResult:
     expected = _eager(case, fn)
     if isinstance(expected, CheckResult):
         return expected
-    off = _compile(case, fn, case.make_inputs(), overlay=False)
+    off = _compile_off(case, fn, case.make_inputs(), case.digest())
     on = _compile(case, fn, case.make_inputs(), overlay=True)
     stats = _stats(off, on)
     if isinstance(off, Exception) or isinstance(on, Exception):
@@ -308,7 +337,8 @@ def check_batch(cases) -> list[CheckResult]:
     valid = [cases[i] for i in members]
     batch = batch_case(valid)
     fn = batch.build()
-    off = _compile(batch, fn, _batch_inputs(valid), overlay=False)
+    key = hashlib.sha256(" ".join(c.digest() for c in valid).encode()).hexdigest()
+    off = _compile_off(batch, fn, _batch_inputs(valid), key[:16])
     on = _compile(batch, fn, _batch_inputs(valid), overlay=True)
     if isinstance(off, Exception) or isinstance(on, Exception):
         return [r or check_case(case) for r, case in zip(results, cases)]

@@ -27,6 +27,7 @@ Report: ``build/fuzz-mutants/report.md`` and ``report.json``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -1047,9 +1048,15 @@ def run_one(
     seconds: float,
     seed: int,
     profile: str,
+    examples: int | None = None,
     log=print,
 ) -> Outcome:
-    """Fuzz with ``mutant`` (None: the control) until a failure or ``seconds``."""
+    """Fuzz with ``mutant`` (None: the control) until a failure, ``seconds``
+    or ``examples`` programs.  Every run of one report shares the flags-off
+    store (``check.FLAGS_OFF_STORE_ENV``) and the fuzzer's kept Inductor
+    cache: with the control's seed, a mutant draws the control's programs
+    (until it fails), loads their flags-off results, and compiles with g++
+    only the flags-on modules whose C++ it changed."""
     ident = mutant.ident if mutant else "control"
     work = out / ident
     run_dir, repro_dir = work / "run", work / "repros"
@@ -1073,6 +1080,7 @@ def run_one(
     except StaleMutant as exc:
         outcome.status, outcome.detail = "stale", str(exc)
         return outcome
+    env["FUZZ_FLAGS_OFF_STORE"] = str(out / "flags-off")  # check.FLAGS_OFF_STORE_ENV
     cmd = [
         sys.executable,
         "-m",
@@ -1092,6 +1100,8 @@ def run_one(
         str(repro_dir),
         "--no-shrink",
     ]
+    if examples:
+        cmd += ["--examples", str(examples)]
     start = time.time()
     with (work / "fuzz.log").open("w") as log_file:
         proc = subprocess.Popen(
@@ -1116,13 +1126,13 @@ def run_one(
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
                 break
-    examples = _examples(run_dir)
-    failed = failed or next((r for r in examples if r["status"] == "ours"), None)
+    records = _examples(run_dir)
+    failed = failed or next((r for r in records if r["status"] == "ours"), None)
     outcome.seconds = round(time.time() - start, 1)
-    outcome.programs = sum(1 for r in examples if r["status"] != "invalid")
+    outcome.programs = sum(1 for r in records if r["status"] != "invalid")
     if feature:
         outcome.reached = sum(
-            1 for r in examples if r.get("stats", {}).get("reach", {}).get(feature)
+            1 for r in records if r.get("stats", {}).get("reach", {}).get(feature)
         )
     if failed is not None:
         outcome.status = "killed"
@@ -1190,9 +1200,15 @@ def run_mutants(
     only: str = "",
     survivors: bool = False,
     out: Path | None = None,
+    examples: int | None = None,
+    jobs: int = 1,
     log=print,
 ) -> dict:
     """Run the control, then the selected mutants; write and return the report.
+
+    ``examples``: every run checks that many programs (the control's, by
+    the shared seed) instead of fuzzing for ``seconds``; ``jobs`` mutants
+    run at a time, one worker each.
 
     ``survivors``: rerun only the mutants that survived (or errored) in the
     report in ``out``, or are new since (those of them in ``only``, if
@@ -1227,17 +1243,24 @@ def run_mutants(
         for m in MUTANTS
         if not only or m.feature in only.split(",") or m.ident in only.split(",")
     ]
+    budget = f"{examples} programs" if examples else f"{seconds:.0f} s"
     log(
-        f"mutants: {len(selected)} mutants, {seconds:.0f} s each, seed {seed}, "
-        f"profile {profile}, one worker; control run first"
+        f"mutants: {len(selected)} mutants, {budget} each, seed {seed}, "
+        f"profile {profile}, one worker each, {jobs} at a time; control run first"
     )
-    control = run_one(None, out, seconds=seconds, seed=seed, profile=profile, log=log)
+    if examples:
+        seconds = max(seconds, 24 * 3600.0)  # the programs are the budget
+    shutil.rmtree(out / "flags-off", ignore_errors=True)  # this report's control
+
+    def run(mutant):
+        return run_one(mutant, out, seconds=seconds, seed=seed, profile=profile,
+                       examples=examples, log=log)  # fmt: skip
+
+    control = run(None)
     outcomes = []
     if control.status == "survived":  # the control must pass
-        outcomes = [
-            run_one(m, out, seconds=seconds, seed=seed, profile=profile, log=log)
-            for m in selected
-        ]
+        with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
+            outcomes = list(pool.map(run, selected))
     rerun = [o.ident for o in outcomes]
     if previous:
         outcomes = [
@@ -1251,6 +1274,8 @@ def run_mutants(
         "date": time.strftime("%Y-%m-%d"),
         "rerun": rerun if previous else [],
         "seconds_per_mutant": seconds,
+        "examples_per_mutant": examples or 0,
+        "jobs": jobs,
         "seed": seed,
         "profile": profile,
         "control": dataclasses.asdict(control),
@@ -1324,8 +1349,13 @@ def format_report(report: dict) -> str:
         f"# Overlay mutants ({report['date']})",
         "",
         f"Fuzzer: profile `{report['profile']}`, one worker, seed {report['seed']}, "
-        f"{report['seconds_per_mutant']:.0f} s per mutant, stopped at the first "
-        "failure.",
+        + (
+            f"the control's {report['examples_per_mutant']} programs per mutant "
+            f"({report.get('jobs', 1)} mutants at a time)"
+            if report.get("examples_per_mutant")
+            else f"{report['seconds_per_mutant']:.0f} s per mutant"
+        )
+        + ", stopped at the first failure.",
         f"Control run (no mutant): **{control['status']}** "
         f"({control['programs']} programs{control_detail}).",
         "",
@@ -1397,6 +1427,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seconds", type=float, default=90, help="budget per mutant")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--examples",
+        type=int,
+        default=None,
+        help="programs per run (the control's, replayed) instead of --seconds",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="mutants at a time")
     parser.add_argument("--profile", default="mutants")
     parser.add_argument(
         "--only", default="", help="features or mutant ids, comma-separated"
@@ -1456,6 +1493,8 @@ def main(argv: list[str] | None = None) -> int:
         only=args.only,
         survivors=args.survivors,
         out=args.out,
+        examples=args.examples,
+        jobs=args.jobs,
     )
     return 0 if report["control"]["status"] == "survived" else 1
 
