@@ -296,3 +296,22 @@ def test_one_side_runs_merge_with_the_other_sides_runs(tmp_path):
 
 def test_merge_refuses_a_directory_without_a_run(tmp_path):
     assert ut.main(["merge", str(tmp_path)]) == 2
+
+
+def test_older_test_files_import_against_the_pin():
+    """The compat plugin gives 2.13.0 what older upstream test files use:
+    placeholders for names 2.13.0 lacks, aliases for moved ones, an empty
+    list for the OpInfo file's tensor_dunder_fns registration."""
+    code = (
+        "import torch, torch._dynamo.variables.torch as dv\n"
+        "import torch.testing._internal.common_utils as cu\n"
+        "from tools import upstream_compat\n"
+        "upstream_compat.pytest_configure(None)\n"
+        "dv.tensor_dunder_fns.append(cu.disable_functorch)\n"
+        "print(len(dv.tensor_dunder_fns), callable(cu.dtype_abbrs.get))\n"
+    )
+    out = subprocess.run(
+        [str(PATCHED_VENV / "bin" / "python"), "-c", code], cwd=REPO_ROOT,
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert out.split() == ["1", "True"]
