@@ -31,7 +31,7 @@ help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
 	@echo "make stock-venv  .venv-stock: pristine torch $(TORCH_VERSION) (reference)"
 	@echo "make test        install + stock-venv + lint + cross-compiler, then pytest $(TESTS)"
-	@echo "make cross-compiler  Debian's g++-aarch64-linux-gnu (apt-get, as root) for"
+	@echo "make cross-compiler  Debian's aarch64, ppc64le and s390x g++ (apt-get, as root) for"
 	@echo "                 test/test_cross_isa_compile.py"
 	@echo "make lint        ruff (tools/ test/ overlay/), mypy (tools/, overlay modules)"
 	@echo "make demo        outer loop nests and timings, overlay flags off vs on"
@@ -96,20 +96,23 @@ lint: install $(VENV)/.lint-deps-installed
 # test/test_cross_isa_compile.py compiles the kernels generated for aarch64
 # (NEON, SVE) with Debian's cross compiler.  Installed with apt-get (CI runs
 # as root on a fresh Debian machine); anywhere else, install it by hand.
-CROSS_CXX := aarch64-linux-gnu-g++
-CROSS_PACKAGE := g++-aarch64-linux-gnu
+# test/test_cross_isa_compile.py's cross compilers: aarch64 (NEON, SVE),
+# POWER (VSX), s390x (ZVECTOR); Debian's packages, installed if missing
+CROSS_CXX := aarch64-linux-gnu-g++ powerpc64le-linux-gnu-g++ s390x-linux-gnu-g++
+CROSS_PACKAGE := g++-aarch64-linux-gnu g++-powerpc64le-linux-gnu g++-s390x-linux-gnu
 cross-compiler:
-	@if command -v $(CROSS_CXX) >/dev/null; then exit 0; fi; \
+	@missing=""; for cxx in $(CROSS_CXX); do command -v $$cxx >/dev/null || missing="$$missing $$cxx"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
 	if ! command -v apt-get >/dev/null; then \
-	  echo "error: $(CROSS_CXX) not found and no apt-get to install it; install" \
-	       "$(CROSS_PACKAGE) (or a $(CROSS_CXX)) by hand" >&2; exit 2; fi; \
+	  echo "error:$$missing not found and no apt-get to install them; install" \
+	       "$(CROSS_PACKAGE) (or those compilers) by hand" >&2; exit 2; fi; \
 	echo "installing $(CROSS_PACKAGE) with apt-get"; \
 	if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 	         --no-install-recommends $(CROSS_PACKAGE); } >/dev/null; then \
 	  echo "error: apt-get could not install $(CROSS_PACKAGE) (as root? see above)" >&2; \
 	  exit 2; fi; \
-	command -v $(CROSS_CXX) >/dev/null || { \
-	  echo "error: $(CROSS_PACKAGE) installed but no $(CROSS_CXX) on PATH" >&2; exit 2; }
+	for cxx in $(CROSS_CXX); do command -v $$cxx >/dev/null || { \
+	  echo "error: $(CROSS_PACKAGE) installed but no $$cxx on PATH" >&2; exit 2; }; done
 
 test: install stock-venv lint cross-compiler
 	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --durations=30 \

@@ -1,6 +1,7 @@
 """Generate the corpus's C++ kernels for a vector ISA other than the host's.
 
     python -m tools.isa_codegen --isa neon --out DIR [--only NAME ...]
+                                [--fuzz-sample N [--fuzz-seed S]]
 
 Inductor picks its vector ISA with ``cpu_vec_isa.pick_vec_isa()``, which
 chooses among ``cpu_vec_isa.valid_vec_isa_list()`` (the ISAs this CPU runs)
@@ -20,6 +21,8 @@ written to ``DIR/manifest.json``.
 The overlay's memory features only act on kernels larger than the last-level
 cache; ``--cache-bytes`` sets the size they assume so that the corpus's small
 programs take their paths (streaming stores, fences, prefetches).
+``--fuzz-sample N`` adds N programs the fuzzer draws (a fixed seed), each
+compiled under the config and flags the fuzzer would give it.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 from unittest import mock
 
 import torch
@@ -81,6 +86,20 @@ def _sve256():
     from torch._inductor.cpu_vec_isa import VecSVE
 
     return VecSVE(256)
+
+
+@_isa("vsx")
+def _vsx():
+    from torch._inductor.cpu_vec_isa import VecVSX
+
+    return VecVSX()
+
+
+@_isa("zvector")
+def _zvector():
+    from torch._inductor.cpu_vec_isa import VecZVECTOR
+
+    return VecZVECTOR()
 
 
 def host_runs(isa) -> bool:
@@ -132,27 +151,90 @@ def forced_isa(isa, *, native: bool) -> Iterator[list[str]]:
         yield sources
 
 
-def generate(isa_name: str, out: Path, only: list[str] | None, threads: int) -> dict:
+class _Program(NamedTuple):
+    fn: Callable
+    args: tuple
+    config: dict
+    dynamic: bool
+    close: Callable  # (expected, actual) -> bool
+
+
+def corpus_program(name: str) -> _Program:
+    from tools.corpus_codegen import PROGRAMS, outputs_close
+
+    torch.manual_seed(0)
+    case = PROGRAMS[name]()
+    return _Program(
+        case.fn, tuple(case.args), dict(case.config), False,
+        lambda expected, actual: outputs_close(expected, actual, case.tol)[0],
+    )  # fmt: skip
+
+
+def fuzz_programs(n: int, seed: int) -> dict[str, Callable[[], _Program]]:
+    """``n`` fuzz programs (``strategy.sample_cases``), each under the
+    config, flags and dynamic shapes the fuzzer would compile it with."""
+    from tools.fuzz.check import case_config, compare, tolerances
+    from tools.fuzz.strategy import sample_cases
+    from tools.flags import config_patch
+
+    def program(case) -> _Program:
+        flags = config_patch(True) if case.flags == "all" else {}
+        return _Program(
+            case.build(), tuple(case.make_inputs()),
+            {**flags, **case_config(case, overlay=True)}, case.dynamic,
+            lambda expected, actual: compare(
+                tuple(actual), tuple(expected), tolerances(case)[0]
+            ).ok,
+        )  # fmt: skip
+
+    return {
+        f"fuzz_{case.digest()}": functools.partial(program, case)
+        for case in sample_cases(n, seed)
+    }
+
+
+def generate(
+    isa_name: str,
+    out: Path,
+    only: list[str] | None,
+    threads: int,
+    fuzz_sample: int = 0,
+    fuzz_seed: int = 0,
+    overlay_off: bool = False,
+) -> dict:
+    """The kernels of the corpus (or ``only``) and ``fuzz_sample`` fuzz
+    programs for ``isa_name``, written to ``out`` with a manifest;
+    ``overlay_off``: every overlay flag off (stock's kernels)."""
     from torch._inductor import config
 
-    from tools.corpus_codegen import outputs_close, PROGRAMS
+    from tools.corpus_codegen import PROGRAMS
+    from tools.flags import config_patch
+
+    stock = config_patch(False) if overlay_off else {}
 
     isa = ISAS[isa_name]()
     native = host_runs(isa)
     out.mkdir(parents=True, exist_ok=True)
+    makers: dict[str, Callable[[], _Program]] = {
+        name: functools.partial(corpus_program, name) for name in only or PROGRAMS
+    }
+    if fuzz_sample:
+        makers.update(fuzz_programs(fuzz_sample, fuzz_seed))
     programs: dict[str, dict] = {}
-    for name in only or PROGRAMS:
-        torch.manual_seed(0)
-        case = PROGRAMS[name]()
+    for name, make in makers.items():
         try:
+            program = make()
             with (
                 forced_isa(isa, native=native) as sources,
-                config.patch({**case.config, "cpp.threads": threads}),
+                config.patch({"cpp.threads": threads, **program.config, **stock}),
                 torch.no_grad(),
             ):
                 torch._dynamo.reset()
-                expected = case.fn(*case.args)
-                actual = torch.compile(case.fn, fullgraph=True)(*case.args)
+                expected = program.fn(*program.args)
+                compiled = torch.compile(
+                    program.fn, fullgraph=True, dynamic=program.dynamic
+                )
+                actual = compiled(*program.args)
         except Exception:
             programs[name] = {"error": traceback.format_exc(limit=8)}
             continue
@@ -163,11 +245,12 @@ def generate(isa_name: str, out: Path, only: list[str] | None, threads: int) -> 
             files.append(path.name)
         result: dict = {"kernels": files}
         if native:
-            result["allclose"] = outputs_close(expected, actual, case.tol)[0]
+            result["allclose"] = bool(program.close(expected, actual))
         programs[name] = result
     manifest = {
         "isa": isa_name,
         "native": native,
+        "overlay": not overlay_off,
         **build_flags(isa),
         "programs": programs,
     }
@@ -182,6 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="a subset of the corpus")
     parser.add_argument("--threads", type=int, default=2, help="config.cpp.threads")
     parser.add_argument(
+        "--fuzz-sample", type=int, default=0, help="also N fuzz programs"
+    )
+    parser.add_argument("--fuzz-seed", type=int, default=0)
+    parser.add_argument(
+        "--overlay-off", action="store_true", help="every overlay flag off (stock)"
+    )
+    parser.add_argument(
         "--cache-bytes",
         type=int,
         help="the last-level cache size the overlay assumes "
@@ -190,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cache_bytes is not None:
         os.environ["TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES"] = str(args.cache_bytes)
-    manifest = generate(args.isa, args.out, args.only, args.threads)
+    manifest = generate(
+        args.isa, args.out, args.only, args.threads, args.fuzz_sample,
+        args.fuzz_seed, args.overlay_off,
+    )  # fmt: skip
     failed = [n for n, p in manifest["programs"].items() if "error" in p]
     for name in failed:
         print(f"{name}: {manifest['programs'][name]['error']}", file=sys.stderr)

@@ -178,24 +178,10 @@ def _merge(dirs: list[Path]) -> int:
 
 
 def _sample(args) -> int:
-    import random
+    from .strategy import StrategyParams, sample_cases
 
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis import seed as hseed
-
-    from .strategy import StrategyParams, fuzz_cases
-
-    shown: list = []
-
-    @hseed(args.seed)
-    @settings(max_examples=args.n * 20, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
-    @given(fuzz_cases(StrategyParams(max_ops=args.max_ops, focus=args.focus)))
-    def collect(case):
-        shown.append(case)
-
-    collect()
-    for case in random.Random(args.seed).sample(shown, min(args.n, len(shown))):
+    params = StrategyParams(max_ops=args.max_ops, focus=args.focus)
+    for case in sample_cases(args.n, args.seed, params):
         print(f"# inputs {case.inputs}\n# input seed {case.input_seed}, dynamic "
               f"{case.dynamic}, config {case.config}")  # fmt: skip
         print(case.source)

@@ -132,7 +132,7 @@ class CheckResult:
         return self.kind.startswith("crash")
 
 
-def _case_config(case: FuzzCase, overlay: bool) -> dict:
+def case_config(case: FuzzCase, overlay: bool) -> dict:
     """The config the case compiles under, with the overlay flags on or off."""
     extra = dict(CONFIGS[case.config])
     if case.threads:
@@ -181,7 +181,7 @@ def _compile(case: FuzzCase, fn, args, overlay: bool):
                 args,
                 overlay=overlay,
                 dynamic=case.dynamic,
-                extra_config=_case_config(case, overlay),
+                extra_config=case_config(case, overlay),
                 keep_compiled_modules=True,  # the run's cache: runner.py
             )
     except Exception as exc:  # noqa: BLE001 - any crash is a finding

@@ -840,3 +840,24 @@ def fuzz_batches(
     n = max(0, size - 1)
     rest = draw(st.lists(fuzz_cases(params), min_size=n, max_size=n))
     return (first, *(dataclasses.replace(case, **shared) for case in rest))
+
+
+def sample_cases(n: int, seed: int = 0, params: StrategyParams = StrategyParams()):
+    """``n`` cases drawn from ``fuzz_cases`` with a fixed seed: the same ones
+    on every run (``python -m tools.fuzz sample``, the cross-ISA compile)."""
+    import random
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hseed
+
+    drawn: list[FuzzCase] = []
+
+    @hseed(seed)
+    @settings(max_examples=n * 20, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(fuzz_cases(params))
+    def collect(case):
+        drawn.append(case)
+
+    collect()
+    return random.Random(seed).sample(drawn, min(n, len(drawn)))
