@@ -293,3 +293,50 @@ def test_make_build_refuses_uninitialized_submodules(checkout):
     result = make_build(f"PYTORCH_SRC={checkout}", "BUILD_PYTHON=true")
     assert result.returncode != 0 and "uninitialized submodules" in result.stderr
     assert snapshot(checkout) == before
+
+
+# --------------------------------------------------------------------------
+# flags
+
+
+def test_the_readme_flag_table_is_the_registry():
+    from tools import flags
+
+    text = flags.README.read_text()
+    assert flags.readme_with_table(text) == text, (
+        "README's flag table differs from tools/flags.py: "
+        "python -m tools.flags --readme"
+    )
+    assert text.count("| `cpp.") >= len(flags.FLAGS)
+
+
+def test_every_requirement_names_a_flag_of_an_earlier_patch():
+    from tools import flags
+
+    for flag in flags.FLAGS:
+        for name in flag.requires:
+            assert name in flags.BY_NAME, (flag.name, name)
+            assert flags.BY_NAME[name].patch < flag.patch, (flag.name, name)
+
+
+def test_status_warns_about_a_flag_whose_requirement_is_off(site_packages):
+    apply(site_packages)
+    env = {"TORCHINDUCTOR_CPP_HOIST_INVARIANT_LOADS": "0",
+           "TORCHINDUCTOR_CPP_OUTER_BLOCK_FUSION": "0",
+           "TORCHINDUCTOR_CPP_OUTER_BLOCK_PREPEND": "0"}  # fmt: skip
+    warnings = tool.flag_warnings(env)
+    assert warnings == [
+        "cpp.block_local_buffers is on but does nothing: it requires "
+        "cpp.outer_block_fusion (off)",
+        "cpp.outer_block_tiles is on but does nothing: it requires "
+        "cpp.outer_block_fusion (off)",
+        "cpp.softmax_reciprocal is on but does nothing: it requires "
+        "cpp.hoist_invariant_loads (off)",
+    ]
+    status = subprocess.run(
+        [sys.executable, "-m", "tools.overlay", "status", "--target",
+         str(site_packages)], cwd=REPO_ROOT, capture_output=True, text=True,
+        env={**os.environ, **env},
+    ).stdout  # fmt: skip
+    assert "warning: cpp.softmax_reciprocal is on but does nothing" in status
+    assert tool.flag_warnings({}) == []  # the defaults: every flag on

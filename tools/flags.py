@@ -1,51 +1,181 @@
-"""The overlay's switches, listed once for every tool and test.
+"""The overlay's switches: one registry for every tool, test and the README.
 
-Each is an attribute of ``torch._inductor.config.cpp`` that its patch adds,
-read from an environment variable at import.  All of them off gives the
-code of stock torch 2.13.0 (test/test_flags_off_matches_stock.py).
+Each flag is an attribute of ``torch._inductor.config.cpp`` that its patch
+adds, read from an environment variable at import.  All of them off gives
+the code of stock torch 2.13.0 (test/test_flags_off_matches_stock.py).  A
+flag that ``requires`` others does nothing without them: ``unmet_requirements``
+names such a setting, ``python -m tools.overlay status`` reports it for the
+environment's variables, and the README's flag table is this registry
+(``python -m tools.flags --readme`` rewrites it; a test compares).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
 
 
-class Flag(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Flag:
     name: str  # attribute of torch._inductor.config.cpp
-    env: str
-    default: bool
+    patch: str  # the patch(es) whose feature it switches, "0002" or "0005 0015"
+    effect: str  # one line: what turning it on changes
+    requires: tuple[str, ...] = ()  # flags without which it changes nothing
+    default: bool = True
+    env: str = ""  # default: TORCHINDUCTOR_CPP_<NAME>
 
-
-def _flag(name: str, default: bool) -> Flag:
-    return Flag(name, f"TORCHINDUCTOR_CPP_{name.upper()}", default)
+    def __post_init__(self) -> None:
+        if not self.env:
+            object.__setattr__(self, "env", f"TORCHINDUCTOR_CPP_{self.name.upper()}")
 
 
 FLAGS = (
-    Flag("outer_loop_fusion_retile", "TORCHINDUCTOR_CPP_OUTER_LOOP_RETILE", True),
-    _flag("loop_ordering_after_fusion", True),
-    _flag("outer_loop_split", True),
-    _flag("two_step_variance_in_cache", True),
-    _flag("outer_loop_local_buffer_check", True),
-    _flag("realize_reused_erf", True),
-    _flag("outer_loop_regroup", True),
-    _flag("outer_block_fusion", True),
-    _flag("block_local_buffers", True),
-    _flag("multi_accumulator_reductions", True),
-    _flag("hoist_invariant_loads", True),
-    _flag("streaming_stores", True),
-    _flag("outer_loop_prefetch", True),
-    _flag("unroll_rotated_reductions", True),
-    _flag("outer_loop_shallower_fusion", True),
-    _flag("outer_block_tiles", True),
-    _flag("outer_block_prepend", True),
-    _flag("softmax_reciprocal", True),
-    _flag("group_norm_channel_sums", True),
-    _flag("outer_reduction_blocks", True),
+    Flag(
+        "outer_loop_fusion_retile",
+        "0002",
+        "outer-loop fusion that re-tiles kernels whose vector tilings of a "
+        "shared outer level disagree",
+        env="TORCHINDUCTOR_CPP_OUTER_LOOP_RETILE",
+    ),
+    Flag(
+        "loop_ordering_after_fusion",
+        "0005 0015",
+        "decide CPU loop orders after fusion, and the C++ fusion rules that needs",
+    ),
+    Flag(
+        "outer_loop_split",
+        "0003",
+        "split a consumer's loops, or join at a shared depth, to share its "
+        "producer's outer loop",
+    ),
+    Flag(
+        "two_step_variance_in_cache",
+        "0004",
+        "two-step variance for rows that stay in cache under a fused loop",
+    ),
+    Flag(
+        "outer_loop_local_buffer_check",
+        "0006",
+        "drop an outer-loop fusion whose local buffer sits under a vector-tiled "
+        "outer level, a stock miscompile",
+    ),
+    Flag(
+        "realize_reused_erf",
+        "0007",
+        "store reused pointwise results that use erf/expm1 instead of recomputing them",
+    ),
+    Flag(
+        "outer_loop_regroup",
+        "0012",
+        "when an outer-loop fusion fails to merge, generate it without its last "
+        "member, then that member",
+    ),
+    Flag(
+        "outer_block_fusion",
+        "0009",
+        "outer-loop fusion of reductions over a middle dimension with their "
+        "broadcasting consumers",
+    ),
+    Flag(
+        "block_local_buffers",
+        "0011",
+        "per-iteration local buffers for the intermediates of 0009's fusions",
+        requires=("outer_block_fusion",),
+    ),
+    Flag(
+        "multi_accumulator_reductions",
+        "0008",
+        "four rotating accumulators for long horizontal sum/max/min reductions",
+    ),
+    Flag(
+        "hoist_invariant_loads",
+        "0010",
+        "load scalars the innermost loop reads at one index once, before the loop",
+    ),
+    Flag(
+        "streaming_stores",
+        "0013",
+        "non-temporal stores for large float32 outputs of kernels that touch "
+        "more memory than the last-level cache",
+    ),
+    Flag(
+        "outer_loop_prefetch",
+        "0014",
+        "in an outer-loop fused kernel larger than the last-level cache, "
+        "prefetch the next rows during the last pass",
+    ),
+    Flag(
+        "unroll_rotated_reductions",
+        "0017",
+        "unroll the innermost loop of a reduction whose accumulators rotate "
+        "(0008) by the accumulator count, and build GCC's code with `-fweb`, so "
+        "the rotation costs no moves",
+        requires=("multi_accumulator_reductions",),
+    ),
+    Flag(
+        "outer_loop_shallower_fusion",
+        "0018",
+        "when an outer-loop fusion fails to merge at the scheduler's depth, "
+        "merge it over fewer outer loops where its kernels agree and the "
+        "shorter loop still feeds every thread",
+    ),
+    Flag(
+        "outer_block_tiles",
+        "0019",
+        "fuse a statistics kernel and its consumer over tiles of the pixel loop "
+        "when one image exceeds 0009's cache budget or, with no batch loop, "
+        "when the pair shares no loop at all, let log_softmax's output join its "
+        "statistics' outer-loop fusion over pixel tiles where the pair exceeds "
+        "the last-level cache, and fuse softmax's two pointwise kernels over "
+        "the loops where their reads stay in a block",
+        requires=("outer_block_fusion", "outer_loop_regroup"),
+    ),
+    Flag(
+        "outer_block_prepend",
+        "0020",
+        "let a stored producer join its consumers' kernel: in front of an "
+        "element-wise outer-loop fusion (or a pointwise consumer), block by "
+        "block, splitting its merged loop into the consumer's outer loops where "
+        "needed, or reindexed onto a reduction consumer's loops; if the members "
+        "then fail to merge, the producer is generated alone and the rest stays "
+        "fused",
+        requires=("outer_block_fusion",),
+    ),
+    Flag(
+        "softmax_reciprocal",
+        "0021",
+        "softmax over the last dim multiplies each row by the reciprocal of its "
+        "sum, as ATen's CPU kernel does, instead of dividing every element",
+        requires=("hoist_invariant_loads",),
+    ),
+    Flag(
+        "group_norm_channel_sums",
+        "0022",
+        "GroupNorm over channels-last memory of 192 KiB or more takes each "
+        "channel's mean and squared deviations over blocks of pixels (full "
+        "channel vectors), then combines a group's channels, as ATen's "
+        "channels-last kernel does, instead of per-group statistics over each "
+        "pixel's short slice of channels",
+    ),
+    Flag(
+        "outer_reduction_blocks",
+        "0023",
+        "a sum, max, min, prod or any over an outer or middle dim (reads that "
+        "stride over the reduction and are contiguous along an output dim) "
+        "whose rows under one output index span 128 KiB or more (a softmax's or "
+        "variance's only over rows 2 KiB apart or more) reduces blocks of about "
+        "16 rows into partials, then the partials, with upstream's two-level "
+        "split reduction, instead of a column walk down every row",
+    ),
 )
 
 NAMES = tuple(flag.name for flag in FLAGS)
 CONFIG_KEYS = tuple(f"cpp.{name}" for name in NAMES)
 ENV_VARS = tuple(flag.env for flag in FLAGS)
+BY_NAME = {flag.name: flag for flag in FLAGS}
 
 
 def config_patch(on: bool) -> dict[str, bool]:
@@ -60,3 +190,63 @@ def shipped_config() -> dict[str, bool]:
 
 def env_all_off() -> dict[str, str]:
     return dict.fromkeys(ENV_VARS, "0")
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
+    """flag name -> on, as the patched config reads the environment."""
+    environ = os.environ if environ is None else environ
+    return {f.name: environ.get(f.env, "1" if f.default else "0") == "1" for f in FLAGS}
+
+
+def unmet_requirements(settings: Mapping[str, bool]) -> list[str]:
+    """One line per flag that is on while a flag it requires is off."""
+    return [
+        f"cpp.{flag.name} is on but does nothing: it requires "
+        + ", ".join(f"cpp.{r}" for r in flag.requires if not settings.get(r, True))
+        + " (off)"
+        for flag in FLAGS
+        if settings.get(flag.name)
+        and not all(settings.get(r, True) for r in flag.requires)
+    ]
+
+
+def readme_table() -> str:
+    """The README's flag table."""
+    rows = [
+        "| config | environment variable | default | patch | requires | effect |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for flag in FLAGS:
+        requires = ", ".join(f"`cpp.{r}`" for r in flag.requires) or "-"
+        rows.append(
+            f"| `cpp.{flag.name}` | `{flag.env}` | {'on' if flag.default else 'off'} "
+            f"| {flag.patch} | {requires} | {flag.effect} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+TABLE_BEGIN = "<!-- flag table: python -m tools.flags --readme -->\n"
+TABLE_END = "<!-- end of flag table -->\n"
+
+
+def readme_with_table(text: str) -> str:
+    """``text`` (the README) with the table between its markers regenerated."""
+    head, rest = text.split(TABLE_BEGIN, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    return head + TABLE_BEGIN + readme_table() + TABLE_END + tail
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--readme"]:
+        README.write_text(readme_with_table(README.read_text()))
+        return 0
+    print(readme_table(), end="")
+    for line in unmet_requirements(settings_from_env()):
+        print(f"warning: {line}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -584,7 +584,15 @@ def status(target: Target, overlay: Overlay) -> str:
         for rel, h in state["files"].items()
         if h["source"] == "overlay"
     ]
+    lines += [f"warning: {line}" for line in flag_warnings()]
     return "\n".join(lines)
+
+
+def flag_warnings(environ=None) -> list[str]:
+    """Flags this environment turns on while a flag they require is off."""
+    from tools.flags import settings_from_env, unmet_requirements
+
+    return unmet_requirements(settings_from_env(environ))
 
 
 def remove_empty_dirs(top: Path, keep_top: bool = False) -> None:
