@@ -167,7 +167,7 @@ bench-models: install
 	  status=$$?; rm -f $$pin; exit $$status; }
 	$(VENV_PY) -m tools.bench_models $(BENCH_MODELS_ARGS)
 
-# make fuzz: tools/fuzz (README "Fuzzing").  Empty values take the profile's
+# make fuzz: tools/fuzz (docs/fuzzing.md).  Empty values take the profile's
 # defaults (dev: 300 s; a random seed, printed).  Failures -> test/regressions/.
 FUZZ_PROFILE ?= dev
 FUZZ_SECONDS ?=
@@ -183,7 +183,7 @@ FUZZ_BATCH ?=
 FUZZ_RUNS ?=
 FUZZ_ARGS ?=
 # FUZZ_DB: hypothesis' example database shared between machines, a directory
-# on shared storage or redis://host:port/0 (README "Fuzzing")
+# on shared storage or redis://host:port/0 (docs/fuzzing.md)
 FUZZ_DB ?= $(FUZZ_HYPOTHESIS_DB)
 export FUZZ_HYPOTHESIS_DB := $(FUZZ_DB)
 fuzz: install
@@ -238,7 +238,7 @@ build:
 	cd "$(PYTORCH_SRC)" && USE_CUDA=0 MAX_JOBS=$(MAX_JOBS) \
 	  $(BUILD_PYTHON) -m pip install --no-build-isolation -v -e .
 
-# make wheel: tools/wheel.py (README "Deploying the overlay wheel").  The
+# make wheel: tools/wheel.py (docs/wheel.md).  The
 # official wheel comes from `pip download` into build/wheel/upstream/, for
 # $(PYTHON)'s version and platform; WHEEL_SOURCE names a wheel (or a dir with
 # one) instead.  Needs only $(PYTHON)'s standard library and GNU patch.
@@ -250,7 +250,7 @@ wheel:
 	    torch==$(TORCH_VERSION) -d $(WHEEL_DOWNLOAD); fi
 	$(PYTHON) -m tools.wheel "$(or $(WHEEL_SOURCE),$(WHEEL_DOWNLOAD))" --out build/wheel
 
-# make rebase-check: tools/rebase_check.py (README "Rebase status").  The
+# make rebase-check: tools/rebase_check.py (docs/rebase-status.md).  The
 # directory holds upstream files at torch/... paths (a checkout at any commit,
 # or copies of the files the series touches); it is only read.
 UPSTREAM_DIR ?=
@@ -259,7 +259,7 @@ rebase-check:
 	  echo "error: set UPSTREAM_DIR=/path (holding torch/... upstream files)" >&2; exit 2; fi
 	$(PYTHON) -m tools.rebase_check "$(UPSTREAM_DIR)" --markdown build/rebase-check.md
 
-# make pr: tools/pr.py (README "Upstreaming").  The pristine v$(TORCH_VERSION)
+# make pr: tools/pr.py (docs/upstreaming.md).  The pristine v$(TORCH_VERSION)
 # files come from the stock venv; each commit's tests run there, over the
 # partial tree at that commit (PR_ARGS=--no-step-checks skips the runs); ruff
 # from .venv checks every cut module.  With PYTORCH_SRC the set is also applied

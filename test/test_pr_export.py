@@ -220,8 +220,9 @@ def test_pr_description(export):
         assert pr.commit_subject(commit.dep3.summary) in text
     assert "No bench/results/bench.json" in text
     assert "`git am` of the" in text and export.final_tree[:12] in text
-    # README's rebase report, subsections included, before the checks
-    rebase = pr.readme_section(pr.REBASE_STATUS_HEADING)
+    # the rebase report (docs/rebase-status.md), subsections included, before
+    # the checks
+    rebase = pr.docs_page_body(pr.REBASE_STATUS_PAGE)
     assert rebase and "pytorch#185855" in rebase and "### Upstream main" in rebase
     assert text.index(rebase) < text.index("## Checks")
     # the upstream tests the series changes, each with its patch and reason

@@ -73,9 +73,11 @@ DEFAULT_OUT = REPO_ROOT / "build" / "pr"
 DEFAULT_BENCH = REPO_ROOT / "bench" / "results" / "bench.json"
 DEFAULT_UPSTREAM_TEST_SUMMARY = REPO_ROOT / "build" / "upstream-test" / "summary.md"
 PR_DESCRIPTION = "PR_DESCRIPTION.md"
-# The README section PR_DESCRIPTION.md repeats: how the series stands against
-# upstream main (tools/rebase_check.py, the upstream PRs it meets).
+# The docs page PR_DESCRIPTION.md repeats, under this heading: how the series
+# stands against upstream main (tools/rebase_check.py, the upstream PRs it
+# meets).
 REBASE_STATUS_HEADING = "## Rebase status"
+REBASE_STATUS_PAGE = "docs/rebase-status.md"
 FALLBACK_IDENTITY = ("Fusion Overlay", "fusion-overlay@users.noreply.github.com")
 FALLBACK_DATE = "2025-01-01T00:00:00+00:00"
 
@@ -1053,18 +1055,16 @@ def pr_description(
     return "\n".join(out).rstrip() + "\n"
 
 
-def readme_section(heading: str) -> str | None:
-    """The body of README.md's `heading` section, up to the next heading of
-    the same level (its subsections included), or None."""
-    level = heading.split(" ", 1)[0] + " "
-    lines = read_repo_text("README.md").splitlines()
-    if heading not in lines:
+def docs_page_body(rel: str) -> str | None:
+    """A docs page without its title, its headings one level deeper (so it
+    reads as a section of the PR text), or None if there is no such page."""
+    path = REPO_ROOT / rel
+    if not path.exists():
         return None
-    body = []
-    for line in lines[lines.index(heading) + 1 :]:
-        if line.startswith(level):
-            break
-        body.append(line)
+    lines = path.read_text().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    body = ["#" + line if line.startswith("#") else line for line in lines]
     return "\n".join(body).strip() or None
 
 
@@ -1369,7 +1369,7 @@ def write_description(export: Export, bench: dict | None, summary: str | None) -
         bench,
         export.checks,
         summary,
-        rebase_status=readme_section(REBASE_STATUS_HEADING),
+        rebase_status=docs_page_body(REBASE_STATUS_PAGE),
     )
     (export.out_dir / PR_DESCRIPTION).write_text(text)
 

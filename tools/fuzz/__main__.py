@@ -1,6 +1,6 @@
 """python -m tools.fuzz run|merge|sample|worker
 
-See tools/fuzz/runner.py and the README's "Fuzzing".
+See tools/fuzz/runner.py and docs/fuzzing.md.
 """
 
 from __future__ import annotations

@@ -298,7 +298,7 @@ GROUP_NORM_MIN_PIXEL_BLOCK = 4
 # makes two: two more parallel regions and passes over small buffers, a
 # fixed cost that only the masked group slices it saves on larger inputs
 # pay back.  Below this many bytes of input the core form is kept (the
-# measured crossing lies between 180 and 256 KiB: README, 0022).
+# measured crossing lies between 180 and 256 KiB: docs/features/0022-*.md).
 GROUP_NORM_CHANNEL_SUMS_MIN_BYTES = 192 * 1024
 
 
@@ -313,7 +313,7 @@ OUTER_REDUCTION_MIN_ROW = 16
 # The column walk re-reads one slab (the reduced rows under one outer
 # index, rows times the row stride) once per vector of the row.  A smaller
 # slab is re-read from L1 or streamed from L2 at a stride the prefetcher
-# follows: the split would only add a level (README, 0023).  Also a bound
+# follows: the split would only add a level (docs/features/0023-*.md).  Also a bound
 # on the whole input, checked first, before the reads are analysed.
 OUTER_REDUCTION_MIN_BYTES = 128 * 1024
 # A reduction chained to another (a softmax's sum of exps after its max, a

@@ -40,7 +40,7 @@ nodes (their ``LoopBody`` op counts tell a pass bound by its math), then
 generates the passes.  The prefetch is a C++ helper defined here and
 written before the kernel by cpp_kernel_helpers.py: ``__builtin_prefetch``
 on GCC and Clang, ``_mm_prefetch`` / ``__prefetch`` on MSVC, nothing on
-another compiler.  Measurements: README, "Prefetching the next rows (0014)".
+another compiler.  Measurements: docs/features/0014-prefetching-the-next-rows.md.
 
 Flag: ``config.cpp.outer_loop_prefetch`` (TORCHINDUCTOR_CPP_OUTER_LOOP_PREFETCH).
 """

@@ -37,7 +37,7 @@ streams), and the kernel ends with one more fence for its serial loops.
 Only x86 (AVX512, AVX2) has non-temporal stores; elsewhere nothing is
 streamed and nothing fenced.  The store and the fence are helpers of
 cpp_kernel_helpers.py (``_mm512_stream_ps`` / ``_mm256_stream_ps``,
-``_mm_sfence``).  Measurements: README, "Streaming stores (0013)".
+``_mm_sfence``).  Measurements: docs/features/0013-streaming-stores.md.
 
 Flag: ``config.cpp.streaming_stores`` (TORCHINDUCTOR_CPP_STREAMING_STORES).
 """
