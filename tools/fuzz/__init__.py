@@ -1,4 +1,4 @@
-"""Hypothesis-driven fuzzing of the overlay's fusion code (issue #5).
+"""Hypothesis-driven fuzzing of the overlay's fusion code.
 
 program.py   programs as data (input specs, op specs) and their Python source
 strategy.py  hypothesis strategies that draw fusion-heavy programs

@@ -228,9 +228,20 @@ def run_worker(opts: WorkerOptions) -> None:
     checked: dict[str, Any] = {}
     known = known_crashes(opts.repro_dir)  # crashes that have an xfail repro already
 
+    class _Enough(BaseException):
+        """``opts.examples`` distinct generated programs checked: hypothesis
+        repeats programs, within a batch and across calls, so its call count
+        is not the number of programs."""
+
+    seed_programs = corpus_for(opts.index, opts.workers)
+    seed_digests = {case.digest() for case in seed_programs}
+
     def fuzz_one(cases):
         if time.time() > opts.deadline + (profile.shrink_grace if failures else 0):
             raise _TimeUp
+        generated = len(checked.keys() - seed_digests)
+        if generated >= opts.examples and not failures:
+            raise _Enough
         digests = [case.digest() for case in cases]
         fresh = [c for c, d in zip(cases, digests) if d not in checked]
         for case in fresh:
@@ -291,17 +302,20 @@ def run_worker(opts: WorkerOptions) -> None:
             )
 
     test = given(fuzz_batches(params, opts.batch))(fuzz_one)
-    seeds = batches(corpus_for(opts.index, opts.workers), opts.batch)
+    seeds = batches(seed_programs, opts.batch)
     for batch in reversed(seeds):
         test = example(batch)(test)  # seed programs run first
     test = seed(opts.seed)(
-        hypothesis_settings(profile, -(-opts.examples // opts.batch), opts.shrink)(test)
+        # up to `examples` calls: _Enough ends the run at `examples` programs
+        hypothesis_settings(profile, opts.examples, opts.shrink)(test)
     )
     reason = "examples"
     try:
         test()
     except _TimeUp:
         reason = "time"
+    except _Enough:
+        reason = "examples"
     except Exception as exc:  # noqa: BLE001 - hypothesis re-raises the shrunk failure(s)
         reason = "failure" if failures else f"error: {type(exc).__name__}: {exc}"
     for kind, (case, result) in failures.items():
