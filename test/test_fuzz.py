@@ -678,3 +678,26 @@ def test_the_nightly_workflow_runs_every_shard_and_merges_them():
     assert str(args.out) == "build/fuzz/shard3"
     assert "FUZZ_DB=github:o/r" in fuzz
     assert "python -m tools.fuzz merge shards/fuzz-shard-*/build/fuzz/shard*" in text
+
+
+def test_examples_counts_distinct_generated_programs(tmp_path, monkeypatch):
+    """Hypothesis repeats programs within a batch and across calls; a worker
+    stops after `examples` distinct generated programs, the seed programs
+    not counted."""
+    from tools.fuzz import corpus, runner
+
+    seeds = list(CORPUS[:3])
+    monkeypatch.setattr(corpus, "corpus_for", lambda index, workers: seeds)
+    monkeypatch.setattr(check, "check_batch",
+                        lambda cases: [CheckResult("ok") for _ in cases])  # fmt: skip
+    opts = runner.WorkerOptions(
+        index=0, seed=3, examples=10, deadline=1e18, profile="mutants",
+        out_dir=tmp_path, repro_dir=tmp_path / "repros", batch=4,
+    )  # fmt: skip
+    runner.run_worker(opts)
+    records = runner._read_records(tmp_path, [0])
+    programs = [r["digest"] for r in records if r["type"] == "example"]
+    generated = set(programs) - {case.digest() for case in seeds}
+    assert len(programs) == len(set(programs))  # each checked once
+    assert 10 <= len(generated) < 14  # stops at the first batch past 10
+    assert records[-1] == {**records[-1], "type": "done", "reason": "examples"}

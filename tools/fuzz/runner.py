@@ -243,7 +243,10 @@ def run_worker(opts: WorkerOptions) -> None:
         if generated >= opts.examples and not failures:
             raise _Enough
         digests = [case.digest() for case in cases]
-        fresh = [c for c, d in zip(cases, digests) if d not in checked]
+        # each program once: hypothesis may draw one twice in a batch
+        fresh = list(
+            {d: c for c, d in zip(cases, digests) if d not in checked}.values()
+        )
         for case in fresh:
             rec.write("start", case=case_to_json(case))
         for case, result in zip(fresh, check_batch(fresh) if fresh else []):
