@@ -3,7 +3,9 @@ the official wheel, installed with pip into a fresh venv (about a minute)."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import shlex
 import subprocess
 import sys
 import zipfile
@@ -247,6 +249,25 @@ def test_official_wheel_installs_with_pip_and_compiles_the_seed_to_one_nest(
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     smoke = run([python, "-c", SMOKE.format(version=VERSION)], cwd=REPO_ROOT, env=env)
     assert "nests [1]\n" in smoke.stdout
+    check_dockerfile(built.path, python)
+
+
+def check_dockerfile(built: Path, python: str) -> None:
+    """The Dockerfile as far as this machine goes (no container daemon): its
+    base image's Python is the wheel's, its COPY names the wheel `make
+    wheel` writes, and its `python -c` checks pass in a venv where the wheel
+    is installed as its `pip install` does."""
+    lines = (REPO_ROOT / "Dockerfile").read_text().splitlines()
+    base = next(line.split()[1] for line in lines if line.startswith("FROM "))
+    major, minor = base.split(":")[1].split("-")[0].split(".")[:2]
+    assert f"-cp{major}{minor}-" in built.name, (base, built.name)
+    copy = next(line.split()[1] for line in lines if line.startswith("COPY "))
+    assert fnmatch.fnmatch(f"build/wheel/{built.name}", copy), (copy, built.name)
+    checks = [line for line in lines if line.startswith("RUN python -c ")]
+    assert checks
+    for line in checks:
+        code = shlex.split(line.removeprefix("RUN "))[2]
+        run([python, "-c", code], cwd="/")
 
 
 def test_make_build_on_a_source_layout_of_every_python_file_of_the_wheel(
