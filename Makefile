@@ -25,12 +25,13 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test verify uninstall status demo bench bench-shapes bench-models bench-compile-time bench-counts fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
+.PHONY: help install stock-venv cross-compiler test test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time bench-counts fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
 	@echo "make stock-venv  .venv-stock: pristine torch $(TORCH_VERSION) (reference)"
 	@echo "make test        install + stock-venv + lint + cross-compiler, then pytest $(TESTS)"
+	@echo "make test-all    make test, then make pr (step check), fuzz-mutants, a 5-minute fuzz run"
 	@echo "make cross-compiler  Debian's aarch64, ppc64le and s390x g++ (apt-get, as root) for"
 	@echo "                 test/test_cross_isa_compile.py"
 	@echo "make lint        ruff (tools/ test/ overlay/), mypy (tools/, overlay modules)"
@@ -266,6 +267,15 @@ rebase-check:
 # (git am --3way, in a throwaway clone) onto ONTO (default HEAD) there.
 ONTO ?=
 PR_ARGS ?=
+# make test-all: make test, then the slow checks: the series as upstream
+# commits with each commit's tests run at its step (make pr), the mutant
+# table, a 5-minute dev fuzz run.  Upstream's suites need PYTORCH_SRC:
+# make upstream-test (hours; sharded in CI).
+test-all: test
+	$(MAKE) pr
+	$(MAKE) fuzz-mutants
+	$(MAKE) fuzz FUZZ_PROFILE=dev FUZZ_SECONDS=300
+
 pr: stock-venv
 	$(PYTHON) -m tools.pr $(if $(PYTORCH_SRC),--pytorch-src "$(PYTORCH_SRC)") \
 	  $(if $(ONTO),--onto "$(ONTO)") $(PR_ARGS)
