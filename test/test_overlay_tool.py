@@ -340,3 +340,16 @@ def test_status_warns_about_a_flag_whose_requirement_is_off(site_packages):
     ).stdout  # fmt: skip
     assert "warning: cpp.softmax_reciprocal is on but does nothing" in status
     assert tool.flag_warnings({}) == []  # the defaults: every flag on
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves():
+    import re
+
+    broken = [
+        (str(page.relative_to(REPO_ROOT)), link)
+        for page in [REPO_ROOT / "README.md", *REPO_ROOT.glob("docs/**/*.md")]
+        for link in re.findall(r"\]\(([^)#\s]+)", page.read_text())
+        if not link.startswith("http") and not (page.parent / link).exists()
+    ]
+    assert not broken
+    assert len((REPO_ROOT / "README.md").read_text().splitlines()) <= 250
