@@ -78,11 +78,11 @@ $(STOCK_VENV)/.deps-installed:
 	touch $@
 
 install: $(VENV)/.deps-installed
-	$(VENV_PY) -m tools.overlay apply
+	$(VENV_PY) -m fusion_overlay.overlay apply
 
 # tools/ is not installed in the stock venv; -m finds it from the repo root.
 stock-venv: $(STOCK_VENV)/.deps-installed
-	$(STOCK_PY) -m tools.overlay verify --pristine
+	$(STOCK_PY) -m fusion_overlay.overlay verify --pristine
 
 # Lint tools, pinned: upstream-like ruff rules and mypy (pyproject.toml).
 LINT_DEPS := ruff==0.17.6 mypy==2.4.1
@@ -120,13 +120,13 @@ test: install stock-venv lint cross-compiler
 	  $(PYTEST_ARGS) $(TESTS)
 
 verify: $(VENV)/.deps-installed
-	$(VENV_PY) -m tools.overlay verify
+	$(VENV_PY) -m fusion_overlay.overlay verify
 
 status: $(VENV)/.deps-installed
-	$(VENV_PY) -m tools.overlay status
+	$(VENV_PY) -m fusion_overlay.overlay status
 
 uninstall: $(VENV)/.deps-installed
-	$(VENV_PY) -m tools.overlay revert
+	$(VENV_PY) -m fusion_overlay.overlay revert
 
 # Benchmarks: eager vs compiled stock (flags off) vs patched, in one process.
 # BENCH_ARGS e.g. --threads 1 --only layernorm,groupnorm --reps 31
@@ -235,7 +235,7 @@ build:
 	  echo "error: $(PYTORCH_SRC) has uninitialized submodules; run" \
 	       "'git submodule update --init --recursive' there" >&2; exit 2; fi
 	cd "$(PYTORCH_SRC)" && $(BUILD_PYTHON) -m pip install -r requirements.txt
-	$(PYTHON) -m tools.overlay apply --target "$(PYTORCH_SRC)"
+	$(PYTHON) -m fusion_overlay.overlay apply --target "$(PYTORCH_SRC)"
 	cd "$(PYTORCH_SRC)" && USE_CUDA=0 MAX_JOBS=$(MAX_JOBS) \
 	  $(BUILD_PYTHON) -m pip install --no-build-isolation -v -e .
 

@@ -17,7 +17,7 @@ from torch._functorch import config as functorch_config
 from torch._inductor import config, cpu_vec_isa, metrics
 from torch._inductor.utils import run_and_get_cpp_code
 
-from tools.flags import config_patch, shipped_config
+from fusion_overlay.flags import config_patch, shipped_config
 from tools.loopnest import analyze
 
 

@@ -18,8 +18,8 @@ PATCHED_VENV = REPO_ROOT / ".venv"
 
 sys.path.insert(0, str(REPO_ROOT))  # tools/, also when it is not pip-installed
 
-from tools.overlay import pristine_bytes, read_state  # noqa: E402
-from tools.patchset import DEFAULT_PATCHES_DIR, load_manifest, MANIFEST_NAME  # noqa: E402
+from fusion_overlay.overlay import pristine_bytes, read_state  # noqa: E402
+from fusion_overlay.patchset import DEFAULT_PATCHES_DIR, load_manifest, MANIFEST_NAME  # noqa: E402
 
 
 def pytest_addoption(parser) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tools import bench_counts
-from tools.flags import ENV_VARS
+from fusion_overlay.flags import ENV_VARS
 
 
 def test_stock_turns_every_flag_off_and_patched_takes_the_defaults(

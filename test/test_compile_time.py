@@ -24,7 +24,7 @@ def test_ratios_are_of_medians_over_rounds():
 
 
 def test_shipped_variant_is_every_flag_at_its_default():
-    from tools.flags import CONFIG_KEYS, FLAGS
+    from fusion_overlay.flags import CONFIG_KEYS, FLAGS
 
     shipped = compile_time.variant_config("shipped")
     assert shipped == {key: flag.default for key, flag in zip(CONFIG_KEYS, FLAGS)}

@@ -2,7 +2,7 @@
 
 tools/corpus_codegen.py compiles the same corpus once under pristine torch
 2.13.0 (.venv-stock) and once under the patched .venv with every flag of
-tools/flags.py set to 0 in the environment, each in one subprocess with a
+fusion_overlay/flags.py set to 0 in the environment, each in one subprocess with a
 fresh inductor cache; the generated code must match program by program, and
 every compiled program must match eager.
 """
@@ -20,7 +20,7 @@ import pytest
 from conftest import PATCHED_VENV, REPO_ROOT, STOCK_VENV, venv_python
 
 from tools.corpus_codegen import PROGRAMS
-from tools.flags import NAMES, env_all_off
+from fusion_overlay.flags import NAMES, env_all_off
 
 CORPUS_SCRIPT = REPO_ROOT / "tools" / "corpus_codegen.py"
 FLAGS_OFF = env_all_off()

@@ -11,22 +11,22 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, snapshot
 
-from tools import overlay as tool
-from tools.patchset import (
+from fusion_overlay import overlay as tool
+from fusion_overlay.patchset import (
     DEFAULT_PATCHES_DIR,
     SERIES_NAME,
     load_overlay_files,
     load_series,
     parse_file_changes,
 )
-from tools.target import TargetError, resolve_target
+from fusion_overlay.target import TargetError, resolve_target
 
 CONFIG = "torch/_inductor/config.py"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "tools.overlay", *args],
+        [sys.executable, "-m", "fusion_overlay.overlay", *args],
         cwd=REPO_ROOT, capture_output=True, text=True,
     )  # fmt: skip
 
@@ -273,7 +273,7 @@ def test_make_build_applies_to_the_checkout(checkout):
     # PyTorch's documented steps, in order: deps (cmake, ninja), then the build.
     steps = [
         "true -m pip install -r requirements.txt",
-        "tools.overlay apply",
+        "fusion_overlay.overlay apply",
         "true -m pip install --no-build-isolation -v -e .",
     ]
     at = [result.stdout.find(step) for step in steps]
@@ -300,18 +300,18 @@ def test_make_build_refuses_uninitialized_submodules(checkout):
 
 
 def test_the_readme_flag_table_is_the_registry():
-    from tools import flags
+    from fusion_overlay import flags
 
     text = flags.README.read_text()
     assert flags.readme_with_table(text) == text, (
-        "README's flag table differs from tools/flags.py: "
-        "python -m tools.flags --readme"
+        "README's flag table differs from fusion_overlay/flags.py: "
+        "python -m fusion_overlay.flags --readme"
     )
     assert text.count("| `cpp.") >= len(flags.FLAGS)
 
 
 def test_every_requirement_names_a_flag_of_an_earlier_patch():
-    from tools import flags
+    from fusion_overlay import flags
 
     for flag in flags.FLAGS:
         for name in flag.requires:
@@ -334,7 +334,7 @@ def test_status_warns_about_a_flag_whose_requirement_is_off(site_packages):
         "cpp.hoist_invariant_loads (off)",
     ]
     status = subprocess.run(
-        [sys.executable, "-m", "tools.overlay", "status", "--target",
+        [sys.executable, "-m", "fusion_overlay.overlay", "status", "--target",
          str(site_packages)], cwd=REPO_ROOT, capture_output=True, text=True,
         env={**os.environ, **env},
     ).stdout  # fmt: skip
@@ -353,3 +353,59 @@ def test_every_relative_link_of_the_readme_and_docs_resolves():
     ]
     assert not broken
     assert len((REPO_ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+# --------------------------------------------------------------------------
+# the installed tool
+
+
+def test_the_installed_tool_applies_verifies_and_reverts_without_the_checkout(
+    site_packages, tmp_path
+):
+    """`pip install .` (as `pip install git+<repo>` does): the wheel carries
+    the series and the overlay's modules, the dev tooling stays out, and
+    `fusion-overlay` run outside the checkout applies, verifies, reports and
+    reverts on a torch 2.13.0 tree."""
+    import zipfile
+
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+         "--no-build-isolation", "-w", str(dist), str(REPO_ROOT)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    (built,) = dist.glob("inductor_fusion_overlay-*.whl")
+    names = zipfile.ZipFile(built).namelist()
+    assert "fusion_overlay/patches/series" in names
+    assert "fusion_overlay/patches/upstream-sha256.txt" in names
+    patches = [n for n in names if n.startswith("fusion_overlay/patches/0")]
+    assert len(patches) == len(series_names())
+    modules = {n.removeprefix("fusion_overlay/torch_overlay/") for n in names
+               if n.startswith("fusion_overlay/torch_overlay/")}  # fmt: skip
+    assert modules == set(tool.load_overlay().modules)
+    assert not [n for n in names if n.startswith("tools/")]
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--quiet", "--no-deps", str(built)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    before = snapshot(site_packages)
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [str(venv / "bin" / "fusion-overlay"), *args, "--target",
+             str(site_packages)],
+            cwd=tmp_path, capture_output=True, text=True,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    cli("verify")
+    cli("apply")
+    assert "applied, current, clean" in cli("status")
+    assert "ok: overlay applied" in cli("verify")
+    cli("revert")
+    assert snapshot(site_packages) == before

@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO_ROOT, read_pristine
 
 from tools import pr
-from tools.patchset import load_overlay_files, load_series
+from fusion_overlay.patchset import load_overlay_files, load_series
 
 IDENTITY = ("Test Author", "test@example.com")
 DATE = "2025-01-02T03:04:05+00:00"
@@ -509,7 +509,7 @@ def test_bench_table_prefers_the_best_times():
 
 def test_exported_helper_ships_every_switch_on():
     # The exported cpp_loop_nests.py defines shipped_config() as every
-    # switch on; that holds while every flag of tools/flags.py defaults on.
-    from tools.flags import FLAGS
+    # switch on; that holds while every flag of fusion_overlay/flags.py defaults on.
+    from fusion_overlay.flags import FLAGS
 
     assert all(flag.default for flag in FLAGS), [f.name for f in FLAGS if not f.default]

@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO_ROOT
 
 from tools import pr
-from tools.patchset import load_overlay_files, load_series
+from fusion_overlay.patchset import load_overlay_files, load_series
 from tools.pr_slice import Slicer, SliceError, imports_in_text
 from tools.pr_steps import FAILED, PASSED, SKIPPED, overlay_tree, junit_outcomes
 from tools.pr_tests import TestExportError, drop_absent_flags, to_upstream

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import REPO_ROOT, snapshot
 
-from tools.patchset import load_series
+from fusion_overlay.patchset import load_series
 from tools.rebase_check import check_series, report
 
 CPP = "torch/_inductor/codegen/cpp.py"

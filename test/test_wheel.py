@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, write_pristine_torch
 
-from tools import overlay as tool
+from fusion_overlay import overlay as tool
 from tools import wheel
-from tools.target import TargetError, resolve_target
+from fusion_overlay.target import TargetError, resolve_target
 
 TAGS = "cp311-cp311-linux_x86_64"
 LABEL = tool.load_overlay().label
@@ -242,7 +242,7 @@ def test_official_wheel_installs_with_pip_and_compiles_the_seed_to_one_nest(
     run([sys.executable, "-m", "venv", str(venv)])
     python = str(venv / "bin" / "python")
     run([python, "-m", "pip", "install", "--quiet", str(built.path)])
-    verify = run([python, "-m", "tools.overlay", "verify"], cwd=REPO_ROOT)
+    verify = run([python, "-m", "fusion_overlay.overlay", "verify"], cwd=REPO_ROOT)
     assert "ok: overlay applied" in verify.stdout and "(current)" in verify.stdout
     assert str(venv) in verify.stdout
 
@@ -291,7 +291,7 @@ def test_make_build_on_a_source_layout_of_every_python_file_of_the_wheel(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "applied to" in result.stdout
-    status = run([sys.executable, "-m", "tools.overlay", "status", "--target",
+    status = run([sys.executable, "-m", "fusion_overlay.overlay", "status", "--target",
                   str(src)], cwd=REPO_ROOT)  # fmt: skip
     assert "(source)" in status.stdout and "overlay: applied, current, clean" in (
         status.stdout

@@ -273,7 +273,7 @@ def _compile(fn, args, overlay: bool, fullgraph: bool = False):
     import torch
     from torch._inductor import config
 
-    from tools import flags as overlay_flags
+    from fusion_overlay import flags as overlay_flags
     from tools.loopnest import count_nests
 
     # patched = the overlay as shipped: its flags at their defaults

@@ -37,7 +37,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tools import callgrind_counts, flags
+from fusion_overlay import flags
+from tools import callgrind_counts
 from tools.bench import RESULTS_DIR
 
 TOLERANCE = 0.01  # counts within 1% of stock's are the same work

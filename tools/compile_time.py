@@ -39,7 +39,7 @@ VARIANTS = ("stock", "lof_off", "shipped")
 
 
 def variant_config(variant: str) -> dict[str, bool]:
-    from tools.flags import config_patch, shipped_config
+    from fusion_overlay.flags import config_patch, shipped_config
 
     if variant == "stock":
         return config_patch(False)

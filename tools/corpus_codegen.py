@@ -261,7 +261,7 @@ def overlay_flags() -> dict | None:
     """The overlay's switches as this interpreter sees them; None on stock torch."""
     from torch._inductor import config as inductor_config
 
-    from tools.flags import NAMES
+    from fusion_overlay.flags import NAMES
 
     if not all(hasattr(inductor_config.cpp, n) for n in NAMES):
         return None

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tools.flags import config_patch
+from fusion_overlay.flags import config_patch
 from tools.loopnest import analyze
 
 FLAGS_OFF = config_patch(False)

@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from tools.flags import config_patch
+from fusion_overlay.flags import config_patch
 
 FUSION_LOGGERS = (
     "torch._inductor.scheduler",

@@ -175,7 +175,7 @@ def fuzz_programs(n: int, seed: int) -> dict[str, Callable[[], _Program]]:
     config, flags and dynamic shapes the fuzzer would compile it with."""
     from tools.fuzz.check import case_config, compare, tolerances
     from tools.fuzz.strategy import sample_cases
-    from tools.flags import config_patch
+    from fusion_overlay.flags import config_patch
 
     def program(case) -> _Program:
         flags = config_patch(True) if case.flags == "all" else {}
@@ -208,7 +208,7 @@ def generate(
     from torch._inductor import config
 
     from tools.corpus_codegen import PROGRAMS
-    from tools.flags import config_patch
+    from fusion_overlay.flags import config_patch
 
     stock = config_patch(False) if overlay_off else {}
 

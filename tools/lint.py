@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from tools.patchset import REPO_ROOT, load_overlay_files
+from fusion_overlay.patchset import REPO_ROOT, load_overlay_files
 
-LINT_DIRS = ("tools", "test", "overlay", "examples")
+LINT_DIRS = ("fusion_overlay", "tools", "test", "overlay", "examples")
 
 
 def tracked_python_files(*dirs: str) -> list[str]:
@@ -101,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_mypy:
         return 0 if ok else 1
 
-    ok &= run("mypy tools/", [python, "-m", "mypy", *tracked_python_files("tools")])
+    ok &= run(
+        "mypy fusion_overlay/ tools/",
+        [python, "-m", "mypy", *tracked_python_files("fusion_overlay", "tools")],
+    )
 
     root = installed_torch_root()
     stale = check_overlay_installed(root)

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from tools.overlay import OverlayError, pristine_bytes, read_state
+from fusion_overlay.overlay import OverlayError, pristine_bytes, read_state
 from tools.pr_slice import ModuleSource, SliceError, Slicer, imports_in_text
 from tools.pr_steps import PASSED, SKIPPED, StepCheck, StepRunner, format_checks
 from tools.pr_tests import (
@@ -56,7 +56,7 @@ from tools.pr_tests import (
     test_names,
     to_upstream,
 )
-from tools.patchset import (
+from fusion_overlay.patchset import (
     DEFAULT_OVERLAY_DIR,
     DEFAULT_PATCHES_DIR,
     REPO_ROOT,
@@ -583,7 +583,7 @@ def make_helper_module(
     """test/inductor/cpp_loop_nests.py: tools/loopnest.py + test/compile_utils.py.
 
     `flags` are the config.cpp switches the series has added at this step
-    (this repo's tools/flags.py lists the final ones) and `absent` the ones
+    (this repo's fusion_overlay/flags.py lists the final ones) and `absent` the ones
     it has not added yet, whose `False` entries are dropped."""
     imports: list[str] = []
     rests: list[str] = []

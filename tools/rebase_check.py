@@ -6,7 +6,7 @@ UPSTREAM_DIR holds upstream files at their torch/... paths: a PyTorch checkout
 at any commit, or a directory with just the files the series touches (copies
 of upstream main's, say).  The tree is never changed: the touched files are
 copied to a temporary directory and the patches are applied there, stacked in
-series order, each first with --fuzz=0 (what `tools.overlay apply` accepts)
+series order, each first with --fuzz=0 (what `fusion_overlay.overlay apply` accepts)
 and, where that fails, again with --fuzz=N.  Each patch is reported as
 
     clean          every hunk at its line
@@ -33,7 +33,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.patchset import DEFAULT_PATCHES_DIR, Patch, Series, SeriesError, load_series
+from fusion_overlay.patchset import (
+    DEFAULT_PATCHES_DIR,
+    Patch,
+    Series,
+    SeriesError,
+    load_series,
+)
 
 _RESULT = re.compile(
     r"^Hunk #(?P<n>\d+) (?P<what>succeeded|FAILED) at (?P<line>\d+)"
@@ -164,11 +170,14 @@ def report(results: list[PatchResult], fuzz: int) -> str:
         if result.missing:
             detail = "missing upstream: " + ", ".join(result.missing)
         else:
-            detail = ", ".join(
-                f"{h.path.rsplit('/', 1)[-1]} #{h.number}: {describe(h)}"
-                for h in result.hunks
-                if h.status != "clean"
-            ) or "all at their lines"
+            detail = (
+                ", ".join(
+                    f"{h.path.rsplit('/', 1)[-1]} #{h.number}: {describe(h)}"
+                    for h in result.hunks
+                    if h.status != "clean"
+                )
+                or "all at their lines"
+            )
         lines.append(f"| {result.name} | {result.status} | {detail} |")
     conflicts = [(r, h) for r in results for h in r.hunks if h.status == "conflict"]
     for result, hunk in conflicts:

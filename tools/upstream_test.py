@@ -25,7 +25,7 @@ machines and pytest-xdist workers; the plugin tools/upstream_compat.py does
 the selection), so a CI matrix runs one shard per job and a last job merges.
 
 A variant sets environment variables for both runs.  Variables that only
-the overlay reads (tools/flags.py) change nothing on stock torch, so a
+the overlay reads (fusion_overlay/flags.py) change nothing on stock torch, so a
 variant made of those reuses the plain stock run.
 """
 
@@ -45,8 +45,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from tools import shards
-from tools.flags import ENV_VARS
-from tools.patchset import REPO_ROOT
+from fusion_overlay.flags import ENV_VARS
+from fusion_overlay.patchset import REPO_ROOT
 from tools.upstream_expectations import EXPECTED_CHANGES, ExpectedChange
 
 # The CPU suites and, per file, the -k selection that keeps its CPU part.

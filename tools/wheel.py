@@ -32,9 +32,9 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.overlay import Overlay, OverlayError, apply, load_overlay
-from tools.patchset import REPO_ROOT, SeriesError
-from tools.target import (
+from fusion_overlay.overlay import Overlay, OverlayError, apply, load_overlay
+from fusion_overlay.patchset import REPO_ROOT, SeriesError
+from fusion_overlay.target import (
     SUPPORTED_VERSION,
     Target,
     TargetError,

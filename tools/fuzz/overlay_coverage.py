@@ -29,7 +29,7 @@ def site_root() -> Path:
 
 
 def _state(root: Path) -> dict:
-    from tools.overlay import read_state
+    from fusion_overlay.overlay import read_state
 
     state = read_state(root)
     if state is None:
@@ -45,7 +45,7 @@ def measured_files() -> dict[str, Path]:
 
 def added_ranges(root: Path, state: dict, rel: str) -> list[tuple[int, int]]:
     """1-based inclusive line ranges of the installed file that the patches added."""
-    from tools.overlay import pristine_bytes
+    from fusion_overlay.overlay import pristine_bytes
 
     pristine = (pristine_bytes(root, state, rel) or b"").decode().splitlines()
     installed = (root / rel).read_text().splitlines()

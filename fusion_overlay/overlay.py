@@ -1,6 +1,6 @@
 """Apply, revert, verify and inspect the fusion overlay on a torch 2.13.0 tree.
 
-    python -m tools.overlay apply|revert|status|verify [--target DIR]
+    python -m fusion_overlay.overlay apply|revert|status|verify [--target DIR]
 
 apply   stages pristine copies of the touched files in a temp dir, runs the
         series over them with `patch`, adds the overlay modules, and only then
@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.patchset import (
+from fusion_overlay.patchset import (
     DEFAULT_OVERLAY_DIR,
     DEFAULT_PATCHES_DIR,
     MANIFEST_NAME,
@@ -35,7 +35,7 @@ from tools.patchset import (
     sha256_bytes,
     version_label,
 )
-from tools.target import (
+from fusion_overlay.target import (
     Target,
     TargetError,
     check_version,
@@ -590,7 +590,7 @@ def status(target: Target, overlay: Overlay) -> str:
 
 def flag_warnings(environ=None) -> list[str]:
     """Flags this environment turns on while a flag they require is off."""
-    from tools.flags import settings_from_env, unmet_requirements
+    from fusion_overlay.flags import settings_from_env, unmet_requirements
 
     return unmet_requirements(settings_from_env(environ))
 
@@ -619,7 +619,7 @@ def remove_if_only_bytecode(directory: Path) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tools.overlay", description=__doc__.split("\n\n")[0]
+        prog="python -m fusion_overlay.overlay", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("command", choices=["apply", "revert", "status", "verify"])
     parser.add_argument(

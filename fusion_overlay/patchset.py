@@ -13,9 +13,18 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PATCHES_DIR = REPO_ROOT / "patches"
-DEFAULT_OVERLAY_DIR = REPO_ROOT / "overlay"
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parent
+
+
+def _series_data(checkout: Path, installed: Path) -> Path:
+    """The checkout's top-level folder when the tool runs from a checkout;
+    else the copy installed with the package (setup.cfg's package_dir)."""
+    return checkout if checkout.is_dir() else installed
+
+
+DEFAULT_PATCHES_DIR = _series_data(REPO_ROOT / "patches", PACKAGE_DIR / "patches")
+DEFAULT_OVERLAY_DIR = _series_data(REPO_ROOT / "overlay", PACKAGE_DIR / "torch_overlay")
 SERIES_NAME = "series"
 MANIFEST_NAME = "upstream-sha256.txt"
 

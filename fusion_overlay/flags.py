@@ -4,9 +4,9 @@ Each flag is an attribute of ``torch._inductor.config.cpp`` that its patch
 adds, read from an environment variable at import.  All of them off gives
 the code of stock torch 2.13.0 (test/test_flags_off_matches_stock.py).  A
 flag that ``requires`` others does nothing without them: ``unmet_requirements``
-names such a setting, ``python -m tools.overlay status`` reports it for the
+names such a setting, ``python -m fusion_overlay.overlay status`` reports it for the
 environment's variables, and the README's flag table is this registry
-(``python -m tools.flags --readme`` rewrites it; a test compares).
+(``python -m fusion_overlay.flags --readme`` rewrites it; a test compares).
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ def readme_table() -> str:
 
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-TABLE_BEGIN = "<!-- flag table: python -m tools.flags --readme -->\n"
+TABLE_BEGIN = "<!-- flag table: python -m fusion_overlay.flags --readme -->\n"
 TABLE_END = "<!-- end of flag table -->\n"
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from fusion_overlay.overlay import main
+
+sys.exit(main())
