@@ -594,7 +594,9 @@ def make_helper_module(
             s
             for s in statements
             if not s.startswith("from __future__")
-            and not re.match(r"(from|import)\s+(tools|compile_utils)\b", s)
+            and not re.match(
+                r"(from|import)\s+(tools|fusion_overlay|compile_utils)\b", s
+            )
         ]
         rests.append(rest.strip("\n"))
     flag_lines = "".join(f'    "cpp.{flag}",\n' for flag in flags)
