@@ -90,3 +90,8 @@ EXPECTED_CHANGES: dict[str, ExpectedChange] = {
         "Measured at the test's shape: 0.66 / 0.65 of stock (1 / 2 threads).",
     ),
 }
+# The same test, run by test_torchinductor_dynamic_shapes.py with dynamic
+# sizes: the same fusion, for the same reason.
+EXPECTED_CHANGES[
+    "DynamicShapesCpuTests.test_scheduler_vertical_fusion1_dynamic_shapes_cpu"
+] = EXPECTED_CHANGES["CpuTests.test_scheduler_vertical_fusion1_cpu"]
