@@ -197,3 +197,16 @@ def test_without_the_rollback_a_failed_merge_unfuses_every_member(monkeypatch):
         erf_group_norm, _args(1, 4, 4), extra_config=NO_RETRIES
     )
     assert patched.nests == [3]
+
+
+def test_prepend_is_tried_after_shallower_merges_and_before_regrouping():
+    from torch._inductor.codegen.cpp import CppScheduling
+
+    fallbacks = CppScheduling.outer_loop_fallbacks(None)
+    assert [f.name for f in fallbacks] == ["retile", "shallower", "prepend", "regroup"]
+    assert [f.flag for f in fallbacks] == [
+        "outer_loop_fusion_retile",
+        "outer_loop_shallower_fusion",
+        "outer_block_prepend",
+        "outer_loop_regroup",
+    ]

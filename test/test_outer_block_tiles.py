@@ -343,14 +343,14 @@ def _accesses(write_index, read_index):
     (4, 32, 3, 2048), split at the fused depth 2."""
     import sympy
 
-    from torch._inductor.cpp_outer_block_fusion import _Access
+    from torch._inductor.cpp_outer_block_fusion import BlockAccess
 
     n, t, c, lane = sympy.symbols("p0 p1 p2 p3", integer=True, nonnegative=True)
     ranges = {n: 4, t: 32, c: 3, lane: 2048}
     names = {"n": n, "t": t, "c": c, "lane": lane}
     return (
-        _Access(eval(write_index, {}, names), ranges, 2),
-        _Access(eval(read_index, {}, names), ranges, 2),
+        BlockAccess(eval(write_index, {}, names), ranges, 2),
+        BlockAccess(eval(read_index, {}, names), ranges, 2),
     )
 
 

@@ -421,3 +421,72 @@ def test_channels_layernorm_shares_open_loops_without_a_split():
     FileCheck().check("x1<static_cast<int64_t>(12L)").check(
         "x2<static_cast<int64_t>(12L)"
     ).check("tmp_acc0_vec").check("transpose_mxn").run(patched.code)
+
+
+# --- the fallbacks of a failed merge: one loop -----------------------------
+
+
+class _Fallback:
+    """A fallback whose attempts record the kernel counters they start from."""
+
+    def __init__(self, name, enabled, results, seen):
+        self.name, self._enabled = name, enabled
+        self._results, self._seen = results, seen
+
+    def enabled(self):
+        return self._enabled
+
+    def attempts(self, failed):
+        for result in self._results:
+            yield lambda result=result: self._try(result)
+
+    def _try(self, result):
+        self._seen.append(
+            (
+                self.name,
+                metrics.generated_cpp_vec_kernel_count,
+                metrics.generated_kernel_count,
+                torch._inductor.config.inplace_buffers,
+            )
+        )
+        metrics.generated_cpp_vec_kernel_count += 5  # a discarded attempt's kernels
+        metrics.generated_kernel_count += 5
+        return result
+
+
+def _run(fallbacks):
+    from torch._inductor.codegen.cpp_outer_loop_fallbacks import (
+        FailedMerge,
+        run_fallbacks,
+    )
+
+    class Scheduling:
+        def outer_loop_fallbacks(self):
+            return fallbacks
+
+    metrics.generated_cpp_vec_kernel_count = 7
+    metrics.generated_kernel_count = 9
+    failed = FailedMerge(Scheduling(), None, [], lambda node, retile: False)
+    return run_fallbacks(failed, (1, 2))
+
+
+def test_fallbacks_run_in_order_from_the_counters_before_the_node():
+    seen: list = []
+    fused = _run(
+        [
+            _Fallback("off", False, [True], seen),
+            _Fallback("a", True, [False, False], seen),
+            _Fallback("b", True, [True], seen),
+            _Fallback("c", True, [True], seen),
+        ]
+    )
+    assert fused
+    # a disabled fallback is skipped, the first success ends the search, and
+    # every attempt starts from the counters and with in-place buffers off
+    assert seen == [("a", 1, 2, False)] * 2 + [("b", 1, 2, False)]
+
+
+def test_no_fallback_generates_the_node():
+    seen: list = []
+    assert not _run([_Fallback("a", True, [False], seen)])
+    assert seen == [("a", 1, 2, False)]

@@ -337,9 +337,24 @@ def test_the_cost_model_grows_with_the_features_that_use_it():
         assert name in commits[step].grown[costs], (name, step)
         earlier = [c for n, c in commits.items() if n < step]
         assert all(name not in c.available[costs] for c in earlier), name
-    registrar = "register_block_reuse_fusion"
-    assert registrar in commits["0009"].grown[RETILE]
-    assert registrar not in commits["0006"].available[RETILE]
+
+
+def test_each_fallback_lands_with_the_patch_that_lists_it():
+    # cpp_outer_loop_fallbacks.py is 0002's; each patch that adds an entry
+    # to CppScheduling.outer_loop_fallbacks() brings its fallback object
+    commits = {c.patch.name[:4]: c for c in pr.plan_commits(*_series_and_overlay())}
+    fallbacks = "torch/_inductor/codegen/cpp_outer_loop_fallbacks.py"
+    arrivals = {
+        "Retile": "0002",
+        "run_fallbacks": "0002",
+        "Regroup": "0012",
+        "Shallower": "0018",
+        "Prepend": "0020",
+    }
+    for name, step in arrivals.items():
+        assert name in commits[step].grown[fallbacks], (name, step)
+        earlier = [c for n, c in commits.items() if n < step]
+        assert all(name not in c.available[fallbacks] for c in earlier), name
 
 
 def _series_and_overlay():

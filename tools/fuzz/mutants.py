@@ -130,9 +130,9 @@ MUTANTS = (
         "0002",
         "merge-rejected-anyway",
         RETILE,
-        '_log(self.node, "rejected: outer levels still differ after re-tiling")\n'
+        'log_retile(self.node, "rejected: outer levels still differ after re-tiling")\n'
         "            return False",
-        '_log(self.node, "rejected: outer levels still differ after re-tiling")',
+        'log_retile(self.node, "rejected: outer levels still differ after re-tiling")',
         "rollback",
         equivalent="the branch is dead: var, size and offset were compared before "
         "the attempt (for_failed_attempt) and do not depend on tiling, and "
@@ -519,11 +519,11 @@ MUTANTS = (
         "0011",
         "reads-outside-block",
         LOCAL,
-        "            if not _same_block(write, read):\n                return None\n",
+        "            if not same_block(write, read):\n                return None\n",
         "",
         "check",
         equivalent="every read it checks was checked when its reader joined the "
-        "fusion: by 0009's _shared_buffers (_in_block: _same_block, or 0019's "
+        "fusion: by 0009's buffers_shared_by_block (_in_block: same_block, or 0019's "
         "same_digit_block, which for the dense write _block_sizes requires "
         "composes the read of the write's digits within their ranges, so inside "
         "[0, S) at the same base) or by stock's vertical check (equal deps: the "
@@ -554,7 +554,7 @@ MUTANTS = (
         "0012",
         "last-member-not-emitted",
         REGROUP,
-        "    scheduling.kernel_group.finalize_kernel(proxy, last)\n",
+        "    codegen_alone(scheduling, members[-1])\n",
         "",
         "other",
     ),
@@ -563,16 +563,10 @@ MUTANTS = (
         "last-member-first",
         REGROUP,
         "    scheduling.codegen_outer_loop_node(head)\n"
-        "    last = members[-1].get_nodes()\n",
-        "    last = members[-1].get_nodes()\n",
+        "    codegen_alone(scheduling, members[-1])\n",
+        "    codegen_alone(scheduling, members[-1])\n"
+        "    scheduling.codegen_outer_loop_node(head)\n",
         "other",
-        also=(
-            (
-                "    scheduling.kernel_group.finalize_kernel(proxy, last)\n",
-                "    scheduling.kernel_group.finalize_kernel(proxy, last)\n"
-                "    scheduling.codegen_outer_loop_node(head)\n",
-            ),
-        ),
     ),
     # 0013 streaming stores
     Mutant(
@@ -770,7 +764,7 @@ MUTANTS = (
         "0018",
         "parallel-inner-loops-ignored",
         SHALLOW,
-        "    if not OuterLoopRetile(node, vectorized)._keeps_parallelism("
+        "    if not OuterLoopRetile(node, vectorized).keeps_parallelism("
         "stock_proxies):",
         "    if False:",
         "check",
@@ -837,12 +831,12 @@ MUTANTS = (
         "statistics-joined-unchecked",
         TILES,
         "    return block_fusion_score_at(scheduler, node1, node2, depth)\n",
-        "    return _bytes_read(node2)\n",
+        "    return bytes_read(node2)\n",
         "check",
         # a double fault: the untiled pair's reads are checked first
         also=(
             (
-                "    if not _shared_buffers(scheduler, node1, node2, depth):\n"
+                "    if not buffers_shared_by_block(scheduler, node1, node2, depth):\n"
                 "        return None\n    return depth\n",
                 "    return depth\n",
             ),
@@ -859,7 +853,7 @@ MUTANTS = (
         "bound",
         equivalent="0009's checks run on the split producer: with an inner "
         "loop one too long its write's outer stride is no longer the reads' "
-        "(S*g + k against (S+1)*g + k), so _same_block refuses the pair and "
+        "(S*g + k against (S+1)*g + k), so same_block refuses the pair and "
         "the split is undone",
     ),
     Mutant(
@@ -872,7 +866,7 @@ MUTANTS = (
         equivalent="0009's checks run on the split producer: the mutated "
         "index gives the inner loop (extent > 1, or no split is made) the "
         "stride of its own extent, so the write is not dense in its block "
-        "(_dense_block_size) and the pair is refused, the split undone",
+        "(dense_block_size) and the pair is refused, the split undone",
     ),
     Mutant(
         "0020",
@@ -890,8 +884,8 @@ MUTANTS = (
         "0020",
         "first-member-merged",
         PREPEND,
-        "merged = _iter_sizes(node1) if _leaves(node1) is not None else None\n",
-        "merged = _iter_sizes(node1)\n",
+        "static_iter_sizes(node1) if leaves_of_one_space(node1) is not None else None",
+        "static_iter_sizes(node1)",
         "check",
     ),
     Mutant(

@@ -183,7 +183,7 @@ def _merge_below_outer_levels(node) -> bool:
     depth = node.outer_loop_fusion_depth
     for member in node.get_outer_nodes():
         for sn in member.get_nodes():
-            _merge_loops_below(sn, depth)
+            merge_loops_below(sn, depth)
             _recompute_group(sn)
         if isinstance(member, _fused_node_cls()):
             member.group = fused_node_group(member)
@@ -211,7 +211,7 @@ def _merge_members_together(snodes) -> bool:
         return False
     shared = {sn: _index_exprs_over(sn, snodes) for sn in snodes}
     for sn in snodes:
-        _merge_loops_below(sn, 0, shared[sn])
+        merge_loops_below(sn, 0, shared[sn])
         _recompute_group(sn)
     # the same indices give every member the same loops; the caller restores
     # the members if not
@@ -266,7 +266,7 @@ def _fused_node_cls():
     return FusedSchedulerNode
 
 
-def _merge_loops_below(snode, depth: int, exprs=None) -> None:
+def merge_loops_below(snode, depth: int, exprs=None) -> None:
     """``SchedulerNode.merge_loops`` for the iteration loops from ``depth`` on
     and all reduction loops; the first ``depth`` iteration loops stay as they are.
     ``exprs``: the indices that must stay expressible (default: the node's own).

@@ -51,7 +51,6 @@ import torch
 from torch.utils._sympy.value_ranges import bound_sympy, ValueRanges
 
 from . import config
-from .codegen.cpp_outer_loop_retile import register_block_reuse_fusion
 from .cpp_fusion_costs import BLOCK_BYTES_IN_CACHE, feeds_every_thread
 from .dependencies import MemoryDep
 from .virtualized import V
@@ -72,7 +71,7 @@ def block_fusion_score_at(scheduler, node1, node2, depth: int) -> int:
     accepts the pair."""
     if depth < 1:
         return 0
-    shared = _shared_buffers(scheduler, node1, node2, depth)
+    shared = buffers_shared_by_block(scheduler, node1, node2, depth)
     if not shared:
         return 0
     if not _fits_in_cache(node1, node2, depth):
@@ -87,12 +86,11 @@ def block_fusion_refused_for_size(scheduler, node1, node2) -> int | None:
     but for the cache budget (one outer iteration's data, or too few outer
     iterations for the threads); None otherwise.  Changes nothing."""
     depth = _outer_depth(scheduler, node1, node2)
-    if depth < 1 or not _shared_buffers(scheduler, node1, node2, depth):
+    if depth < 1 or not buffers_shared_by_block(scheduler, node1, node2, depth):
         return None
     return None if _fits_in_cache(node1, node2, depth) else depth
 
 
-@register_block_reuse_fusion
 def is_outer_block_fusion(node) -> bool:
     """Whether an outer-loop fused node joins kernels whose deps only agree
     block by block (fused by this module), not element by element.  Such a
@@ -105,7 +103,7 @@ def members_join_by_block(members) -> bool:
     """Whether a member reads an earlier member's output at another index
     than the one written (the members of an outer-loop fusion, in order)."""
     return any(
-        _reads_by_block(members[:i], consumer) for i, consumer in enumerate(members)
+        reads_by_block(members[:i], consumer) for i, consumer in enumerate(members)
     )
 
 
@@ -113,7 +111,7 @@ def _is_stock_outer_fusion(node) -> bool:
     return hasattr(node, "get_outer_nodes") and not is_outer_block_fusion(node)
 
 
-def _reads_by_block(producers, consumer) -> bool:
+def reads_by_block(producers, consumer) -> bool:
     """Whether consumer reads a producer's output at another index than
     the one written (so only a block-wise fusion can join them)."""
     scheduler = V.graph.scheduler
@@ -161,21 +159,25 @@ def _outer_depth(scheduler, node1, node2) -> int:
     return backend._get_outer_loop_fusion_depth(node1, node2)
 
 
-def _shared_buffers(scheduler, node1, node2, depth: int) -> set[str] | None:
+def buffers_shared_by_block(scheduler, node1, node2, depth: int) -> set[str] | None:
     """Names node2 reads from node1, if every such read stays in its block."""
-    writes = _body_accesses(node1, depth, reads=False)
+    writes = body_accesses(node1, depth, reads=False)
     if writes is None:
         return None
     produced = set(writes)
     if not _unmet_deps_allow_block_fusion(scheduler, node1, node2, produced):
         return None
-    reads = _body_accesses(node2, depth, reads=True)
+    reads = body_accesses(node2, depth, reads=True)
     if reads is None:
         return None
     shared = {name for name in reads if name in produced}
+    # same_block, and the checks of later features (CppScheduling.outer_block_checks)
+    checks = scheduler.get_backend(node1.get_device()).outer_block_checks()
     for name in shared:
         for read in reads[name]:
-            if not all(_in_block(write, read) for write in writes[name]):
+            if not all(
+                any(check(write, read) for check in checks) for write in writes[name]
+            ):
                 _log(node1, node2, "rejected: %s read outside its outer block", name)
                 return None
     return shared
@@ -197,7 +199,7 @@ def _unmet_deps_allow_block_fusion(scheduler, node1, node2, produced) -> bool:
     return True
 
 
-class _Access:
+class BlockAccess:
     """An index expression split into outer-loop and inner-loop parts."""
 
     def __init__(self, index, var_ranges: dict, depth: int):
@@ -215,9 +217,9 @@ class _Access:
         )
 
 
-def _body_accesses(node, depth: int, reads: bool) -> dict[str, list[_Access]] | None:
+def body_accesses(node, depth: int, reads: bool) -> dict[str, list[BlockAccess]] | None:
     """Per buffer, the loads (or stores) of node's bodies; None if unknown."""
-    accesses: dict[str, list[_Access]] = {}
+    accesses: dict[str, list[BlockAccess]] = {}
     for snode in node.get_nodes():
         body = getattr(snode, "_body", None)
         if body is None:
@@ -234,38 +236,24 @@ def _body_accesses(node, depth: int, reads: bool) -> dict[str, list[_Access]] | 
             for entry in entries:
                 index = body.indexing_exprs[entry.index_name]
                 accesses.setdefault(entry.buffer_name, []).append(
-                    _Access(index, var_ranges, depth)
+                    BlockAccess(index, var_ranges, depth)
                 )
     return accesses
 
 
-# Block checks a later feature adds for blocks this module's own check does
-# not take (each answers for its own flag): register_block_check(check).
-_BLOCK_CHECKS: list = []
-
-
-def register_block_check(check):
-    _BLOCK_CHECKS.append(check)
-    return check
-
-
-def _in_block(write: _Access, read: _Access) -> bool:
-    return _same_block(write, read) or any(c(write, read) for c in _BLOCK_CHECKS)
-
-
-def _same_block(write: _Access, read: _Access) -> bool:
+def same_block(write: BlockAccess, read: BlockAccess) -> bool:
     if not (write.linear_in_outer and read.linear_in_outer):
         return False
     if write.outer_sizes != read.outer_sizes or write.outer_coeffs != read.outer_coeffs:
         return False
-    block = _dense_block_size(write)
-    if block is None or not _outer_blocks_disjoint(write, block):
+    block = dense_block_size(write)
+    if block is None or not outer_blocks_disjoint(write, block):
         return False
-    bounds = _bounds(read.inner, read.inner_ranges)
+    bounds = index_bounds(read.inner, read.inner_ranges)
     return bounds is not None and bounds.lower >= 0 and bounds.upper <= block - 1
 
 
-def _dense_block_size(write: _Access) -> int | None:
+def dense_block_size(write: BlockAccess) -> int | None:
     """S when the write's inner part maps its loops onto [0, S) one to one."""
     terms = sympy.Add.make_args(write.inner) if write.inner != 0 else ()
     strides = []
@@ -282,7 +270,7 @@ def _dense_block_size(write: _Access) -> int | None:
     return expected
 
 
-def _outer_blocks_disjoint(write: _Access, block: int) -> bool:
+def outer_blocks_disjoint(write: BlockAccess, block: int) -> bool:
     span = block
     for coeff, size in reversed(list(zip(write.outer_coeffs, write.outer_sizes))):
         if int(coeff) < span:
@@ -291,7 +279,7 @@ def _outer_blocks_disjoint(write: _Access, block: int) -> bool:
     return True
 
 
-def _bounds(expr, ranges) -> ValueRanges | None:
+def index_bounds(expr, ranges) -> ValueRanges | None:
     try:
         bounds = bound_sympy(
             expr, {v: ValueRanges(0, int(n) - 1) for v, n in ranges.items()}
@@ -309,7 +297,7 @@ def _fits_in_cache(node1, node2, depth: int) -> bool:
         return False
     if not feeds_every_thread(outer):
         return False  # the fused outer loop would leave threads idle
-    read = _bytes_read(node2)
+    read = bytes_read(node2)
     return read // outer <= BLOCK_BYTES_IN_CACHE
 
 
@@ -321,7 +309,7 @@ def _outer_iterations(node, depth: int) -> int | None:
     return int(functools.reduce(operator.mul, sizes, 1))
 
 
-def _bytes_read(node) -> int:
+def bytes_read(node) -> int:
     """Bytes node's kernels read, each buffer counted once."""
     numels: dict[str, int] = {}
     for snode in node.get_nodes():

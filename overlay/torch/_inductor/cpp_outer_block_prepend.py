@@ -48,8 +48,13 @@ import math
 import sympy
 
 from . import config, dependencies
+from .codegen.cpp_outer_loop_regroup import codegen_alone
 from .cpp_outer_block_fusion import block_fusion_score_at, members_join_by_block
-from .cpp_outer_block_tiles import _apply, _iter_sizes, _leaves
+from .cpp_outer_block_tiles import (
+    apply_loop_bodies,
+    leaves_of_one_space,
+    static_iter_sizes,
+)
 from .loop_body import LoopBody
 from .scheduler import _LoopStateSnapshot, fusion_log
 
@@ -63,13 +68,13 @@ def prepend_fusion_score(scheduler, node1, node2) -> int:
         depth = node2.outer_loop_fusion_depth
         if _fusion_depth(scheduler, node1, node2) == depth:
             return block_fusion_score_at(scheduler, node1, node2, depth)
-        outer = _iter_sizes(node2.get_outer_nodes()[0])
+        outer = static_iter_sizes(node2.get_outer_nodes()[0])
         outer = outer[:depth] if outer is not None else None
     elif node2.is_reduction():
         return _reindexed_score(scheduler, node1, node2)
     else:
         # 0009 refused the pair as it is: node2's loops as the outer ones
-        outer = _iter_sizes(node2)
+        outer = static_iter_sizes(node2)
     if not outer:
         return 0
     return _split_and_score(scheduler, node1, node2, outer)
@@ -86,7 +91,7 @@ def _reindexed_score(scheduler, node1, node2) -> int:
     loop nest where stock, inlining it, has none."""
     from .cpp_loop_ordering import try_reindex_pointwise_for_reduction
 
-    leaves = _leaves(node1)
+    leaves = leaves_of_one_space(node1)
     if leaves is None or node1.is_reduction():
         return 0
     if not all(sn._loop_mutation_listener is not None for sn in leaves):
@@ -113,8 +118,8 @@ def _split_and_score(scheduler, node1, node2, outer: list[int]) -> int:
     A pointwise producer's loops are merged at lowering ((N, C, L) -> N*C*L
     when contiguous), so the fusion's outer loops over (N, groups) are
     inside its one loop, not its first levels."""
-    leaves = _leaves(node1)
-    sizes = _iter_sizes(node1)
+    leaves = leaves_of_one_space(node1)
+    sizes = static_iter_sizes(node1)
     if leaves is None or sizes is None or node1.is_reduction():
         return 0
     depth = len(outer)
@@ -124,14 +129,16 @@ def _split_and_score(scheduler, node1, node2, outer: list[int]) -> int:
     if not all(sn._loop_mutation_listener is not None for sn in leaves):
         return 0  # outside can_fuse's rollback scope: never mutate
     saved = _LoopStateSnapshot.create((node1,))
-    _apply(node1, leaves, lambda body: body.merge_loops())
+    apply_loop_bodies(node1, leaves, lambda body: body.merge_loops())
     score = 0
     # every member must have merged to one loop: one whose loads stride
     # differently keeps several, which the split cannot index
-    merged = _iter_sizes(node1) if _leaves(node1) is not None else None
+    merged = (
+        static_iter_sizes(node1) if leaves_of_one_space(node1) is not None else None
+    )
     if merged is not None and len(merged) == 1:
         inner = merged[0] // blocks
-        _apply(node1, leaves, lambda body: _split_body(body, outer, inner))
+        apply_loop_bodies(node1, leaves, lambda body: _split_body(body, outer, inner))
         if _fusion_depth(scheduler, node1, node2) == depth:
             score = block_fusion_score_at(scheduler, node1, node2, depth)
     if score > 0:
@@ -204,9 +211,9 @@ def codegen_without_prepended_member(scheduling, node) -> bool:
         node.get_name(),
         members[0].get_name(),
     )
-    _codegen_alone(scheduling, members[0])
+    codegen_alone(scheduling, members[0])
     if len(rest) == 1:
-        _codegen_alone(scheduling, rest[0])
+        codegen_alone(scheduling, rest[0])
     else:
         scheduling.codegen_outer_loop_node(
             OuterLoopFusedSchedulerNode(
@@ -220,10 +227,3 @@ def _prepended(members) -> bool:
     """Whether the first member joins by block the others, which agree
     element by element among themselves."""
     return members_join_by_block(members) and not members_join_by_block(members[1:])
-
-
-def _codegen_alone(scheduling, member) -> None:
-    nodes = member.get_nodes()
-    proxy = scheduling.kernel_proxy_cls(scheduling.kernel_group)
-    proxy.codegen_nodes(nodes)
-    scheduling.kernel_group.finalize_kernel(proxy, nodes)

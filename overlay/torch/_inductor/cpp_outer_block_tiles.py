@@ -61,16 +61,15 @@ from .cpp_fusion_costs import (
     TILE_BYTES_IN_CACHE,
     tile_lanes,
 )
-from .cpp_loop_ordering import _merge_loops_below, fused_node_group
+from .cpp_loop_ordering import merge_loops_below, fused_node_group
 from .cpp_outer_block_fusion import (
-    _bounds,
-    _bytes_read,
-    _reads_by_block,
-    _shared_buffers,
+    index_bounds,
+    bytes_read,
+    reads_by_block,
+    buffers_shared_by_block,
     block_fusion_refused_for_size,
     block_fusion_score_at,
     outer_block_fusion_score,
-    register_block_check,
 )
 from .loop_body import LoopBody
 from .scheduler import (
@@ -105,7 +104,7 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
         return 0
     if extends_outer_fusion and _pair_stays_cached(node1, node2):
         return 0
-    leaves1, leaves2 = _leaves(node1), _leaves(node2)
+    leaves1, leaves2 = leaves_of_one_space(node1), leaves_of_one_space(node2)
     if leaves1 is None or leaves2 is None:
         return 0
     pair = ((node1, leaves1), (node2, leaves2))
@@ -118,7 +117,7 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
     score = 0
     if tile is not None:
         for node, leaves in pair:
-            _apply(node, leaves, lambda body: _tiled_body(body, depth, tile))
+            apply_loop_bodies(node, leaves, lambda body: _tiled_body(body, depth, tile))
         if extends_outer_fusion:
             score = _extended_fusion_score(scheduler, node1, node2, depth + 1)
         else:
@@ -186,7 +185,7 @@ def _fused_statistics_depth(scheduler, node1, node2) -> int | None:
     """
     if not _outer_fused_producer_and_consumer(node1, node2):
         return None
-    sizes1, sizes2 = _iter_sizes(node1), _iter_sizes(node2)
+    sizes1, sizes2 = static_iter_sizes(node1), static_iter_sizes(node2)
     if sizes1 is None or sizes2 is None or node1.outer_loop_fusion_depth != len(sizes1):
         return None  # the statistics' pixel loops must be fused, to be tiled
     if len(sizes2) <= len(sizes1):
@@ -197,7 +196,7 @@ def _fused_statistics_depth(scheduler, node1, node2) -> int | None:
     pixels = sizes1[depth:]
     if depth < 1 or not pixels or sizes2[-len(pixels) :] != pixels:
         return None  # not (outer..., pixels) against (outer..., C, pixels)
-    if not _shared_buffers(scheduler, node1, node2, depth):
+    if not buffers_shared_by_block(scheduler, node1, node2, depth):
         return None
     return depth
 
@@ -211,7 +210,7 @@ def _tiled_statistics_score(scheduler, node1, node2) -> int:
         return 0
     if not _outer_fused_producer_and_consumer(node1, node2):
         return 0
-    sizes = _iter_sizes(node1)
+    sizes = static_iter_sizes(node1)
     depth = node1.outer_loop_fusion_depth
     if sizes is None or depth != len(sizes) - 1 or depth < 1:
         return 0
@@ -233,7 +232,7 @@ def _outer_fused_producer_and_consumer(node1, node2) -> bool:
 def _fuse_merged_pixels(node, depth: int) -> bool:
     """Keep the merged statistics fused over all their loops, now ``depth``
     shared ones and the pixels; False if the merge left another shape."""
-    sizes = _iter_sizes(node)
+    sizes = static_iter_sizes(node)
     if sizes is None or len(sizes) != depth + 1:
         return False
     node.outer_loop_fusion_depth = depth + 1
@@ -260,7 +259,7 @@ def _reads_by_block_alone(scheduler, node1, node2) -> bool:
         return False
     if not (node1.get_operation_names() & node2.ancestors):
         return False
-    return _reads_by_block(node1.get_nodes(), node2)
+    return reads_by_block(node1.get_nodes(), node2)
 
 
 def _merge_loops_and_pick_tile(pair, depth: int, statistics: bool) -> int | None:
@@ -270,23 +269,25 @@ def _merge_loops_and_pick_tile(pair, depth: int, statistics: bool) -> int | None
     outer-loop fused node of statistics; only the loops after the shared
     ones merge (a pointwise member would merge N with the pixels, away from
     its reduction members)."""
-    outer = [_iter_sizes(node) for node, _ in pair]
+    outer = [static_iter_sizes(node) for node, _ in pair]
     for node, leaves in pair:
         if statistics:
             for sn in leaves:
-                _merge_loops_below(sn, depth)
+                merge_loops_below(sn, depth)
             _regroup(node, leaves)
         else:
-            _apply(node, leaves, lambda body: body.merge_loops())
+            apply_loop_bodies(node, leaves, lambda body: body.merge_loops())
     (node1, _), (node2, _) = pair
     for (node, _), before in zip(pair, outer):
-        after = _iter_sizes(node) if _leaves(node) is not None else None
+        after = (
+            static_iter_sizes(node) if leaves_of_one_space(node) is not None else None
+        )
         if before is None or after is None or after[:depth] != before[:depth]:
             return None
     return _tile_size(node1, node2, depth, in_l2=statistics)
 
 
-def _leaves(node) -> list[SchedulerNode] | None:
+def leaves_of_one_space(node) -> list[SchedulerNode] | None:
     from .codegen.cpp import OuterLoopFusedSchedulerNode
 
     if type(node) not in (
@@ -304,7 +305,7 @@ def _leaves(node) -> list[SchedulerNode] | None:
     return leaves
 
 
-def _iter_sizes(node) -> list[int] | None:
+def static_iter_sizes(node) -> list[int] | None:
     sizes = node.get_nodes()[0].get_ranges()[0]
     if not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
         return None
@@ -322,13 +323,13 @@ def _tile_size(node1, node2, depth: int, in_l2: bool) -> int | None:
     moves (no vector tails), spans at least ``min_tile`` elements of each
     row and divides it, and the fused outer loops must feed every thread.
     """
-    sizes1, sizes2 = _iter_sizes(node1), _iter_sizes(node2)
+    sizes1, sizes2 = static_iter_sizes(node1), static_iter_sizes(node2)
     if not sizes1 or not sizes2:
         return None
     if len(sizes1) <= depth or len(sizes2) <= depth or sizes1[-1] != sizes2[-1]:
         return None
     extent, outer = sizes1[-1], math.prod(sizes1[:depth])
-    read_per_element = _bytes_read(node2) / (outer * extent)
+    read_per_element = bytes_read(node2) / (outer * extent)
     itemsize = _narrowest_itemsize(node1, node2)
     lanes, fewest = tile_lanes(itemsize), min_tile(itemsize)
     middles = (_middle_extent(sizes1, depth), _middle_extent(sizes2, depth))
@@ -363,7 +364,7 @@ def _middle_extent(sizes: list[int], depth: int) -> int | None:
     return sizes[depth] if len(sizes) > depth + 1 else None
 
 
-def _apply(node, leaves, transform) -> None:
+def apply_loop_bodies(node, leaves, transform) -> None:
     """Give every leaf of node the loop body transform(body), and node (and
     the fused nodes an outer-loop fused node holds) the leaves' new group."""
     for sn in leaves:
@@ -439,15 +440,14 @@ def same_loops_block_depth(scheduler, node1, node2) -> int:
         return 0
     if not (node1.get_operation_names() & node2.ancestors):
         return 0
-    if not _reads_by_block(node1.get_nodes(), node2):
+    if not reads_by_block(node1.get_nodes(), node2):
         return 0
     for depth in range(len(vars1) - 1, 0, -1):
-        if _shared_buffers(scheduler, node1, node2, depth):
+        if buffers_shared_by_block(scheduler, node1, node2, depth):
             return depth
     return 0
 
 
-@register_block_check
 def same_digit_block(write, read) -> bool:
     """Whether ``read`` stays in the block that ``write`` fills, where the
     block is not one dense range: with the pixel loop tiled, the block of
@@ -457,10 +457,9 @@ def same_digit_block(write, read) -> bool:
     never overlap (a mixed-radix number whose digits are the loops); the
     read must share the outer digits and compose its inner part of the
     write's inner digits, each within its loop's range.  Such a read names
-    an element the producer writes in the same outer iteration.
+    an element the producer writes in the same outer iteration.  One of
+    ``CppScheduling.outer_block_checks()`` under ``config.cpp.outer_block_tiles``.
     """
-    if not config.cpp.outer_block_tiles:
-        return False
     if not (write.linear_in_outer and read.linear_in_outer):
         return False
     if write.outer_sizes != read.outer_sizes or write.outer_coeffs != read.outer_coeffs:
@@ -521,7 +520,7 @@ def _composed_of(expr, ranges, digits: list[tuple[int, int]]) -> bool:
         parts[stride] = parts.get(stride, 0) + (int(coeff) // stride) * rest
     sizes = dict(digits)
     for stride, part in parts.items():
-        bounds = _bounds(sympy.sympify(part), ranges)
+        bounds = index_bounds(sympy.sympify(part), ranges)
         if bounds is None or bounds.lower < 0 or bounds.upper > sizes[stride] - 1:
             return False
     return True

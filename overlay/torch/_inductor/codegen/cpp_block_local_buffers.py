@@ -32,10 +32,10 @@ import math
 
 from .. import ir
 from ..cpp_outer_block_fusion import (
-    _body_accesses,
-    _dense_block_size,
-    _outer_blocks_disjoint,
-    _same_block,
+    body_accesses,
+    dense_block_size,
+    outer_blocks_disjoint,
+    same_block,
     fusion_log,
     is_outer_block_fusion,
 )
@@ -113,26 +113,26 @@ def _private_intermediate(writer, members) -> ir.Buffer | None:
 
 def _block_sizes(writer, name: str, members, depth: int) -> tuple | None:
     """The writer's inner loop sizes when every access maps onto its block."""
-    writes = (_body_accesses(writer, depth, reads=False) or {}).get(name, [])
+    writes = (body_accesses(writer, depth, reads=False) or {}).get(name, [])
     if len(writes) != 1:
         return None
     (write,) = writes
     if not write.linear_in_outer:
         return None
-    block = _dense_block_size(write)
-    if block is None or not _outer_blocks_disjoint(write, block):
+    block = dense_block_size(write)
+    if block is None or not outer_blocks_disjoint(write, block):
         return None
     inner_sizes = tuple(int(s) for s in write.inner_ranges.values())
     if math.prod(inner_sizes) != block:
         return None
     writer_vars = depth + len(inner_sizes)
     for reader in members:
-        reads = _body_accesses(reader, depth, reads=True)
+        reads = body_accesses(reader, depth, reads=True)
         if reads is None:
             return None
         for read in reads.get(name, []):
             if depth + len(read.inner_ranges) > writer_vars:
                 return None  # a loop variable the index rewriting would zero
-            if not _same_block(write, read):
+            if not same_block(write, read):
                 return None
     return inner_sizes

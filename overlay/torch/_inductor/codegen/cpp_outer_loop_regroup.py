@@ -39,8 +39,13 @@ def codegen_without_last_member(scheduling, node) -> bool:
         members[-1].get_name(),
     )
     scheduling.codegen_outer_loop_node(head)
-    last = members[-1].get_nodes()
-    proxy = scheduling.kernel_proxy_cls(scheduling.kernel_group)
-    proxy.codegen_nodes(last)
-    scheduling.kernel_group.finalize_kernel(proxy, last)
+    codegen_alone(scheduling, members[-1])
     return True
+
+
+def codegen_alone(scheduling, member) -> None:
+    """Generate one member of an outer-loop fused node as a kernel of its own."""
+    nodes = member.get_nodes()
+    proxy = scheduling.kernel_proxy_cls(scheduling.kernel_group)
+    proxy.codegen_nodes(nodes)
+    scheduling.kernel_group.finalize_kernel(proxy, nodes)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
+from typing import cast, TYPE_CHECKING
 
 import sympy
 
@@ -38,11 +38,11 @@ from ..cpp_fusion_costs import (
     VECTOR_LANES,
 )
 from ..virtualized import V
-from .cpp import CppVecKernel, TilingSelect
+from .cpp import CppScheduling, CppVecKernel, TilingSelect
 
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from .cpp import CppKernelProxy, OuterLoopFusedSchedulerNode
 
@@ -119,11 +119,11 @@ def tiles_a_fused_outer_level(proxies: Sequence[CppKernelProxy], depth: int) -> 
     )
 
 
-def _is_vectorized(proxy: CppKernelProxy) -> bool:
+def is_vectorized(proxy: CppKernelProxy) -> bool:
     return any(isinstance(kernel, CppVecKernel) for kernel in proxy.kernels)
 
 
-def _hint(size) -> int:
+def size_hint(size) -> int:
     return V.graph.sizevars.optimization_hint(
         sympy.sympify(size), fallback=_UNKNOWN_SIZE_HINT
     )
@@ -132,30 +132,19 @@ def _hint(size) -> int:
 def _first_inner_range(proxy: CppKernelProxy, depth: int) -> int:
     """Range of the kernel's first loop below the fusion depth (0 if none)."""
     ranges = proxy.call_ranges or ()
-    return _hint(ranges[depth]) if len(ranges) > depth else 0
+    return size_hint(ranges[depth]) if len(ranges) > depth else 0
 
 
 def _iterations(proxy: CppKernelProxy) -> int:
     """Number of scalar iterations of the kernel's loop body (its work)."""
-    return math.prod(_hint(size) for size in proxy.call_ranges or ())
+    return math.prod(size_hint(size) for size in proxy.call_ranges or ())
 
 
-# Predicates over an OuterLoopFusedSchedulerNode that tell a fusion chosen
-# for the cache reuse of each outer block (register_block_reuse_fusion).
-_BLOCK_REUSE_FUSIONS: list[Callable[[OuterLoopFusedSchedulerNode], bool]] = []
-
-
-def register_block_reuse_fusion(
-    predicate: Callable[[OuterLoopFusedSchedulerNode], bool],
-) -> Callable[[OuterLoopFusedSchedulerNode], bool]:
-    """Register (as a decorator) ``predicate(node)``: whether an outer-loop
-    fused node was fused for the cache reuse of each outer block, so that the
-    re-tiled attempt's parallelism guard keeps its fused loop whenever that
-    loop balances over the threads.  A feature that makes such fusions
-    registers its own (cpp_outer_block_fusion.py)."""
-    if predicate not in _BLOCK_REUSE_FUSIONS:
-        _BLOCK_REUSE_FUSIONS.append(predicate)
-    return predicate
+def _fused_for_block_reuse(node: OuterLoopFusedSchedulerNode) -> bool:
+    """Whether the node was fused for the cache reuse of each outer block
+    (the backend's ``CppScheduling.fused_for_block_reuse``)."""
+    backend = node.scheduler.get_backend(node.get_device())
+    return cast(CppScheduling, backend).fused_for_block_reuse(node)
 
 
 class OuterLoopRetile:
@@ -182,9 +171,9 @@ class OuterLoopRetile:
         if len(proxies) != len(node.get_outer_nodes()):
             return None  # stock attempt did not reach the loop-level check
         if not _same_outer_loops(proxies, depth, ("var", "size", "offset")):
-            _log(node, "not attempted: outer loop ranges differ")
+            log_retile(node, "not attempted: outer loop ranges differ")
             return None
-        return cls(node, [_is_vectorized(p) for p in proxies])
+        return cls(node, [is_vectorized(p) for p in proxies])
 
     def prepare(self, proxy: CppKernelProxy) -> None:
         """Restrict the proxy's vector tiling to the levels below the fusion depth."""
@@ -197,18 +186,18 @@ class OuterLoopRetile:
         if not _same_outer_loops(
             proxies, self.depth, ("var", "size", "offset", "steps")
         ):
-            _log(self.node, "rejected: outer levels still differ after re-tiling")
+            log_retile(self.node, "rejected: outer levels still differ after re-tiling")
             return False
-        if not self._keeps_parallelism(proxies):
-            _log(self.node, "rejected: the inner loops are better parallelized")
+        if not self.keeps_parallelism(proxies):
+            log_retile(self.node, "rejected: the inner loops are better parallelized")
             return False
         if not self._keeps_vector_work(proxies):
             return False
-        _log(self.node, "merged with re-tiled kernels (depth %d)", self.depth)
+        log_retile(self.node, "merged with re-tiled kernels (depth %d)", self.depth)
         metrics.cpp_outer_loop_retiled += 1
         return True
 
-    def _keeps_parallelism(self, proxies: Sequence[CppKernelProxy]) -> bool:
+    def keeps_parallelism(self, proxies: Sequence[CppKernelProxy]) -> bool:
         """Parallelism guard: the fused outer loop must be worth splitting.
 
         ``omp for`` splits only the fused outer loop.  Like stock, we refuse
@@ -221,19 +210,18 @@ class OuterLoopRetile:
         between the passes (GroupNorm(8, 64) over (8, 64, 64, 64), 64 groups
         of 32768 elements: 3 nests -> 1, 0.60-0.67 of stock's time).
         A fusion chosen for the cache reuse of each outer block
-        (``register_block_reuse_fusion``) only has to balance: parallel inner
+        (``CppScheduling.fused_for_block_reuse``) only has to balance: parallel inner
         loops would give that reuse up.
         """
-        outer = math.prod(
-            _hint(level.size) for level in _outer_levels(proxies[0], self.depth) or ()
-        )
+        levels = _outer_levels(proxies[0], self.depth) or ()
+        outer = math.prod(size_hint(level.size) for level in levels)
         inner_heavy = any(
             _first_inner_range(p, self.depth) > outer * INNER_TO_OUTER for p in proxies
         )
         if not inner_heavy:
             return True
         balanced = balances_over_threads(outer)
-        if any(reuses(self.node) for reuses in _BLOCK_REUSE_FUSIONS):
+        if _fused_for_block_reuse(self.node):
             return balanced
         iterations = max(_iterations(p) for p in proxies)
         if iterations <= SMALL_KERNEL_ITERATIONS:
@@ -253,10 +241,10 @@ class OuterLoopRetile:
         lost = sum(
             w
             for w, before, proxy in zip(work, self.vectorized_before, proxies)
-            if before and not _is_vectorized(proxy)
+            if before and not is_vectorized(proxy)
         )
         if lost * VECTOR_LANES > sum(work):
-            _log(
+            log_retile(
                 self.node,
                 "rejected by cost guard: %d of %d iterations would turn scalar",
                 lost,
@@ -266,5 +254,5 @@ class OuterLoopRetile:
         return True
 
 
-def _log(node: OuterLoopFusedSchedulerNode, msg: str, *args) -> None:
+def log_retile(node: OuterLoopFusedSchedulerNode, msg: str, *args) -> None:
     fusion_log.debug("outer-loop retile %s: " + msg, node.get_name(), *args)

@@ -36,7 +36,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ..cpp_fusion_costs import balances_over_threads
-from .cpp_outer_loop_retile import _hint, _is_vectorized, _log, OuterLoopRetile
+from .cpp_outer_loop_retile import size_hint, is_vectorized, log_retile, OuterLoopRetile
 
 
 if TYPE_CHECKING:
@@ -65,8 +65,8 @@ def shallower_attempts(
     members = list(node.get_outer_nodes())
     if len(stock_proxies) != len(members):
         return  # stock's attempt stopped before its loop-level check
-    vectorized = [_is_vectorized(proxy) for proxy in stock_proxies]
-    if not OuterLoopRetile(node, vectorized)._keeps_parallelism(stock_proxies):
+    vectorized = [is_vectorized(proxy) for proxy in stock_proxies]
+    if not OuterLoopRetile(node, vectorized).keeps_parallelism(stock_proxies):
         # The inner loops are better parallelized at the scheduler's depth;
         # a shallower one only adds those loops' work below the fused loop.
         return
@@ -78,12 +78,12 @@ def shallower_attempts(
             # shallower depths only have fewer outer iterations.
             break
         shallow = OuterLoopFusedSchedulerNode(node.scheduler, members, depth)
-        _log(node, "retrying at depth %d (%d outer iterations)", depth, outer)
+        log_retile(node, "retrying at depth %d (%d outer iterations)", depth, outer)
         yield shallow, ShallowerFusion(shallow, vectorized)
 
 
 def _outer_iterations(node: OuterLoopFusedSchedulerNode, depth: int) -> int:
     """Iterations of the node's first ``depth`` loops (shared by its members)."""
     _, (sizes, _) = node.get_outer_nodes()[0].group
-    return math.prod(_hint(size) for size in sizes[:depth])
+    return math.prod(size_hint(size) for size in sizes[:depth])
 

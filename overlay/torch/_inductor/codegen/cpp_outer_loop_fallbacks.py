@@ -1,0 +1,143 @@
+"""What the C++ backend tries when the kernels of an outer-loop fusion fail to merge.
+
+Stock's ``CppScheduling.codegen_outer_loop_node`` generates every member of an
+``OuterLoopFusedSchedulerNode`` as a kernel, checks that the kernels agree on
+the fused outer levels (``check_outer_fusion_loop_level_attr``) and, when they
+do not, emits every member as a loop nest of its own.  Before that last step
+the overlay tries the fallbacks ``CppScheduling.outer_loop_fallbacks()``
+lists, in that order; the first one that generates the node ends the search:
+
+=========  =====================================  ============================
+fallback   what it generates                      its decisions
+=========  =====================================  ============================
+Retile     the node, with vector tiling kept      cpp_outer_loop_retile.py
+           below the fusion depth
+Shallower  the node fused over fewer outer loops  cpp_outer_loop_shallower.py
+Prepend    a producer that joined in front        cpp_outer_block_prepend.py
+           alone, then the rest fused
+Regroup    all members but the last fused, then   cpp_outer_loop_regroup.py
+           the last alone
+=========  =====================================  ============================
+
+``run_fallbacks`` is the one loop that runs them.  Before each attempt it
+restores the kernel counters to their values before the node (the failed
+attempt's kernels are not emitted) and turns in-place buffers off: the
+failed attempt already made its in-place decisions in the kernel group's
+shared args, as before stock's own fallback.  An attempt that does not merge
+rolls back its own local buffers (``try_outer_loop_fusion_with_local_buf``)
+and emits nothing.  The fallbacks call their features' functions through
+the feature module, where a test or the fuzzer's reach probe may replace
+them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import ClassVar, TYPE_CHECKING
+
+import torch
+
+from .. import config, cpp_outer_block_prepend, metrics
+from . import cpp_outer_loop_regroup, cpp_outer_loop_shallower
+from .cpp_outer_loop_retile import OuterLoopRetile
+
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from .cpp import CppKernelProxy, CppScheduling, OuterLoopFusedSchedulerNode
+
+    # One try at generating the node; True when it generated it.
+    Attempt = Callable[[], bool]
+
+
+@dataclasses.dataclass
+class FailedMerge:
+    """An outer-loop fused node whose kernels failed stock's merge."""
+
+    scheduling: CppScheduling
+    node: OuterLoopFusedSchedulerNode
+    stock_proxies: list[CppKernelProxy]  # the kernels of stock's attempt
+    # codegen_outer_loop_node's merge attempt: (node, retile or None) -> merged
+    merge: Callable[[OuterLoopFusedSchedulerNode, OuterLoopRetile | None], bool]
+
+
+class OuterLoopFallback:
+    """One way to keep (part of) a fusion that failed to merge: its name, the
+    ``config.cpp`` flag that switches it, and its attempts in order."""
+
+    name: ClassVar[str]
+    flag: ClassVar[str]
+
+    def enabled(self) -> bool:
+        return bool(getattr(config.cpp, self.flag))
+
+    def attempts(self, failed: FailedMerge) -> Iterator[Attempt]:
+        raise NotImplementedError
+
+
+class Retile(OuterLoopFallback):
+    name = "retile"
+    flag = "outer_loop_fusion_retile"
+
+    def attempts(self, failed: FailedMerge) -> Iterator[Attempt]:
+        retile = OuterLoopRetile.for_failed_attempt(failed.node, failed.stock_proxies)
+        if retile is not None:
+            yield functools.partial(failed.merge, failed.node, retile)
+
+
+class Regroup(OuterLoopFallback):
+    name = "regroup"
+    flag = "outer_loop_regroup"
+
+    def attempts(self, failed: FailedMerge) -> Iterator[Attempt]:
+        yield functools.partial(
+            cpp_outer_loop_regroup.codegen_without_last_member,
+            failed.scheduling,
+            failed.node,
+        )
+
+
+class Shallower(OuterLoopFallback):
+    name = "shallower"
+    flag = "outer_loop_shallower_fusion"
+
+    def attempts(self, failed: FailedMerge) -> Iterator[Attempt]:
+        attempts = cpp_outer_loop_shallower.shallower_attempts(
+            failed.node, failed.stock_proxies
+        )
+        for shallow, retile in attempts:
+            yield functools.partial(failed.merge, shallow, retile)
+
+
+class Prepend(OuterLoopFallback):
+    name = "prepend"
+    flag = "outer_block_prepend"
+
+    def attempts(self, failed: FailedMerge) -> Iterator[Attempt]:
+        yield functools.partial(
+            cpp_outer_block_prepend.codegen_without_prepended_member,
+            failed.scheduling,
+            failed.node,
+        )
+
+
+def run_fallbacks(failed: FailedMerge, counters: tuple[int, int]) -> bool:
+    """Run the scheduling's fallbacks in order until one generates the node.
+
+    ``counters``: ``metrics.generated_cpp_vec_kernel_count`` and
+    ``metrics.generated_kernel_count`` before the node, restored before every
+    attempt.  Returns False (nothing generated) when none does.
+    """
+    vec_kernels, kernels = counters
+    for fallback in failed.scheduling.outer_loop_fallbacks():
+        if not fallback.enabled():
+            continue
+        for attempt in fallback.attempts(failed):
+            metrics.generated_cpp_vec_kernel_count = vec_kernels
+            metrics.generated_kernel_count = kernels
+            with torch._inductor.config.patch(inplace_buffers=False):
+                if attempt():
+                    return True
+    return False
