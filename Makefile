@@ -25,7 +25,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time bench-counts fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
+.PHONY: help install stock-venv cross-compiler test test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -41,6 +41,7 @@ help:
 	@echo "make bench-models  random-init transformers/diffusers models and their norms"
 	@echo "make bench-compile-time  CPU seconds of compiling: stock, loop ordering off, shipped"
 	@echo "make bench-counts  instructions and cache misses where patched code differs from stock"
+	@echo "make codegen-digest [DIGEST_AGAINST=digests.json]  generated C++ per ISA, byte-identical check"
 	@echo "                 and softmaxes at the models' shapes (BENCH_MODELS_ARGS=--quick)"
 	@echo "make fuzz        random programs: eager vs overlay flags off vs on (FUZZ_SECONDS,"
 	@echo "                 FUZZ_EXAMPLES, FUZZ_SEED, FUZZ_PROFILE, FUZZ_WORKERS, FUZZ_COVERAGE=1,"
@@ -154,6 +155,15 @@ BENCH_COUNTS_ARGS ?=
 bench-counts: install
 	@command -v valgrind >/dev/null || { echo "bench-counts needs valgrind (apt-get install valgrind)"; exit 2; }
 	$(VENV_PY) -m tools.bench_counts $(BENCH_COUNTS_ARGS)
+
+# make codegen-digest: sha256 of the generated C++ per ISA (corpus + fuzz
+# programs).  Before a refactoring: make codegen-digest; keep
+# build/codegen-digest/digests.json; after: make codegen-digest
+# DIGEST_AGAINST=that file (fails unless every ISA's C++ is byte-identical).
+DIGEST_OUT ?= build/codegen-digest
+DIGEST_AGAINST ?=
+codegen-digest: install
+	$(VENV_PY) -m tools.codegen_digest --out $(DIGEST_OUT) $(if $(DIGEST_AGAINST),--against $(DIGEST_AGAINST))
 
 # make bench-models: tools/bench_models.py.  transformers and diffusers build
 # random-init models from configs (no weights downloaded); pip may not move
