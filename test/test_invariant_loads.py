@@ -15,6 +15,7 @@ import contextlib
 import re
 import types
 
+import pytest
 import sympy
 import torch
 import torch._inductor.codegen.cpp_invariant_loads as invariant
@@ -64,24 +65,20 @@ def test_bfloat16_rows_with_a_tail():
     assert "invariant" in on.code
 
 
-class _Kernel(types.SimpleNamespace):
-    """The parts of a CppKernel the plan reads (weakly referenced, as kernels are)."""
-
-    __hash__ = object.__hash__
-
-
 def _kernel(stores: set[str], args: KernelArgs | None = None):
-    return _Kernel(
+    """The parts of a CppKernel the plan reads."""
+    return types.SimpleNamespace(
         args=args or KernelArgs(),
         itervars=[X0, X1],
         loads=IndentedBuffer(),
         store_buffer_names=stores,
+        invariant_load_candidates=[],
     )
 
 
 def _candidate(kernel, name: str, index: sympy.Expr):
     candidate = invariant._Candidate(kernel.loads, name, index, f"{name}[{index}]")
-    invariant._candidates[kernel] = [candidate]
+    kernel.invariant_load_candidates[:] = [candidate]
     return candidate
 
 
@@ -142,3 +139,14 @@ def test_index_must_not_use_the_inner_variable_or_a_computed_value():
         assert names_only(kernel, sympy.Symbol("ks0") * X0)
         assert not names_only(kernel, sympy.Symbol("tmp3"))  # an indirect index
         assert not names_only(kernel, sympy.Symbol("x1_tail"))
+
+
+def test_a_load_printed_otherwise_fails_loudly():
+    kernel = _kernel(set())
+    candidate = invariant._Candidate(kernel.loads, "buf0", X0, "in_ptr0[x0]")
+    line = invariant.InvariantLoadLine("buf0", "auto tmp0 = in_ptr0[x0];", candidate)
+    candidate.local = "hoisted0"
+    with _no_graph():
+        assert line() == "auto tmp0 = hoisted0;"
+    with pytest.raises(AssertionError, match="no load"):
+        invariant.InvariantLoadLine("buf0", "auto tmp0 = load(in_ptr0, x0);", candidate)

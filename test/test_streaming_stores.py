@@ -211,3 +211,20 @@ def test_isas_without_non_temporal_stores_do_not_stream():
     assert not streaming.has_streaming_stores(cpu_vec_isa.VecNEON())
     assert not streaming.has_streaming_stores(cpu_vec_isa.VecSVE())
     assert not streaming.has_streaming_stores(cpu_vec_isa.invalid_vec_isa)
+
+
+def test_a_store_printed_otherwise_fails_loudly():
+    # streaming swaps the store the kernel prints for the helper call; if the
+    # kernel printed it otherwise, streaming would silently do nothing while
+    # its fences are still written
+    store = streaming._Store(
+        "buf0",
+        store="tmp0.store(out_ptr0 + x0);",
+        stream="stream_store_f32(out_ptr0 + x0, tmp0);",
+    )
+    line = streaming.StreamStoreLine("buf0", "tmp0.store(out_ptr0 + x0);", store)
+    store.streamed = True
+    with _no_graph():
+        assert line() == "stream_store_f32(out_ptr0 + x0, tmp0);"
+    with pytest.raises(AssertionError, match="no store"):
+        streaming.StreamStoreLine("buf0", "store(tmp0, out_ptr0 + x0);", store)

@@ -73,6 +73,7 @@ _C = _I + "codegen/"
 RETILE = _C + "cpp_outer_loop_retile.py"
 SPLIT = _C + "cpp_outer_loop_split.py"
 COSTS = _I + "cpp_fusion_costs.py"
+NODES = _I + "cpp_fusion_nodes.py"
 LOAF = _I + "cpp_loop_ordering.py"
 ACC = _C + "cpp_reduction_accumulators.py"
 BLOCK = _I + "cpp_outer_block_fusion.py"
@@ -184,7 +185,7 @@ MUTANTS = (
     Mutant(
         "0003",
         "symbolic-sizes-split",
-        SPLIT,
+        NODES,  # split's static sizes (0019's tiles ask the same)
         "    if all(isinstance(s, (int, sympy.Integer)) for s in sizes):\n"
         "        return [int(s) for s in sizes]\n    return None",
         "    return [int(s) for s in sizes]",
@@ -194,7 +195,7 @@ MUTANTS = (
         "0003",
         "split-outside-rollback",
         SPLIT,
-        "    if not _under_rollback_scope(leaves):\n        return True\n",
+        "    if not under_rollback_scope(leaves):\n        return True\n",
         "",
         "rollback",
         equivalent="a split refactors the consumer's loops into another "
@@ -276,9 +277,8 @@ MUTANTS = (
         "0005",  # 0015's merge to fuse, behind 0005's flag
         "merge-outside-rollback",
         LOAF,
-        "if not enabled_for_nodes(node1, node2)"
-        " or not _under_rollback_scope(node1, node2):",
-        "if not enabled_for_nodes(node1, node2):",
+        "    if not _nodes_under_rollback_scope(node1, node2):\n        return False\n",
+        "",
         "rollback",
         equivalent="merge_loops merges loops in their visiting order: a merge made "
         "while fusion pairs are ranked changes loop shapes, not values",

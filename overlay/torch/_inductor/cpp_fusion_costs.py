@@ -240,8 +240,7 @@ def two_step_variance_threshold(
     Stock keeps Welford for reductions over 1024 elements because the two-step
     form reads the data twice.  Once the passes share one outer loop, the
     second pass reads the row from cache, and Welford's per element division
-    costs more: var_mean over (256, 25088) took 2.22 ms with Welford and
-    1.27 ms in two steps (1 thread).  Two-step (mean first, then squared
+    costs more than the second read.  Two-step (mean first, then squared
     deviations) is as stable as Welford.
 
     Rows of at least ROW_WORTH_TWO_STEPS elements that stay cached between
@@ -251,11 +250,8 @@ def two_step_variance_threshold(
     of rows unless every thread gets several rows
     (``rows_feed_every_thread``), and unfused the two steps
     would read the data from memory twice.
-    Short rows pay too: LayerNorm over (2048, 2048) took 0.87 of stock's
-    time with Welford and 0.36 in two steps, GroupNorm(32, 128) over
-    (16, 128, 28, 28) (groups of 3136) 0.94 and 0.52 (1 thread); until
-    2026-11-30 rows under 4096 kept Welford.  Rows of 1025 to 2047 were not
-    measured; they keep Welford.
+    Rows of 2048 and more pay too; rows of 1025 to 2047 keep Welford (not
+    measured).  The measurements: docs/design-measurements.md, 0004.
     """
     numel = _static_int(reduction_numel)
     rows = _static_int(outer_numel)
@@ -270,9 +266,9 @@ def _static_int(expr) -> int:
 
 
 # Ops that cost more to recompute per consumer than to store and reload
-# once, beyond the ones stock already lists (exp, log, sigmoid, tanh...).
-# Measured: bias+GELU+LayerNorm over (8192, 768), 1 thread, evaluated erf
-# three times per element in 8.2 ms; realized once, 4.0 ms.
+# once, beyond the ones stock already lists (exp, log, sigmoid, tanh...):
+# GELU's erf, recomputed by each of LayerNorm's passes, costs more than a
+# store and a reload (docs/design-measurements.md, 0007).
 EXPENSIVE_TO_RECOMPUTE = frozenset({"erf", "erfc", "erfinv", "expm1"})
 
 

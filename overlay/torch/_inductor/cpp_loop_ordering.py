@@ -13,7 +13,6 @@ the global ``config.loop_ordering_after_fusion``.
 
 from __future__ import annotations
 
-import weakref
 from types import SimpleNamespace
 
 import torch
@@ -21,6 +20,7 @@ from torch.utils._ordered_set import OrderedSet
 
 from . import config
 from .cpp_fusion_costs import strided_inner_bytes, strided_inner_deps
+from .cpp_fusion_nodes import under_rollback_scope
 
 
 loop_ordering_log = torch._logging.getArtifactLogger(__name__, "loop_ordering")
@@ -396,16 +396,12 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
     return True
 
 
-# Per scheduler, the deps a pointwise node's loop bodies would have over
-# other loop sizes.  The scheduler asks again for the same node in every
-# fusion round and reorder check, against other partners, and each answer
-# rebuilds the node's loop bodies.
-_reindexed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def _reindexed_deps(scheduler, pointwise, target):
     """``pointwise.read_writes`` after reindexing its loops to ``target``;
-    the node is left as it was."""
+    the node is left as it was.  The scheduler asks again for the same node
+    in every fusion round and reorder check, against other partners, and
+    each answer rebuilds the node's loop bodies: the answers are kept in
+    the backend (``CppScheduling.reindexed_deps``)."""
     from .scheduler import (
         _LoopStateSnapshot,
         FusedSchedulerNode,
@@ -415,7 +411,7 @@ def _reindexed_deps(scheduler, pointwise, target):
     snodes = pointwise.get_nodes()
     # The loop bodies are held, so the key compares them by identity.
     key = (tuple(sn._body for sn in snodes), tuple(target))
-    cache = _reindexed.setdefault(scheduler, {})
+    cache = scheduler.get_backend(pointwise.get_device()).reindexed_deps
     if key not in cache:
         snapshot = _LoopStateSnapshot.create((pointwise,))
         for sn in snodes:
@@ -458,13 +454,13 @@ def reorder_is_worthwhile(node, new_order) -> bool:
 
     Upstream's GPU reordering needed a rollback after a 6x slowdown; on CPU a
     reorder that makes the innermost loop walk a large output with a stride
-    costs more than the fusion it enables (softmax over dim 0: 1.75x slower
-    than stock).  A strided walk that stock's nests already make is not
-    added by the reorder, though: where the new order walks a buffer as its
-    one other user does, their fusion removes that buffer, and both walks
-    over it with it (``_strided_walks_fusion_removes``).  The deps of the
-    new order are computed on reordered copies of the loop bodies: the nodes
-    are not touched.
+    costs more than the fusion it enables (softmax over dim 0).  A strided
+    walk that stock's nests already make is not added by the reorder, though:
+    where the new order walks a buffer as its one other user does, their
+    fusion removes that buffer, and both walks over it with it
+    (``_strided_walks_fusion_removes``).  The deps of the new order are
+    computed on reordered copies of the loop bodies: the nodes are not
+    touched.
     """
     from .scheduler import SchedulerNode
 
@@ -657,7 +653,9 @@ def merge_loops_to_fuse(node1, node2) -> bool:
     ``get_fusion_pair_priority``), where nothing would roll a merge back, the
     nodes are left as they are and the answer is False.
     """
-    if not enabled_for_nodes(node1, node2) or not _under_rollback_scope(node1, node2):
+    if not enabled_for_nodes(node1, node2):
+        return False
+    if not _nodes_under_rollback_scope(node1, node2):
         return False
     merged = [_merged_group(node) for node in (node1, node2)]
     if None in merged or merged == [node1.group[1], node2.group[1]]:
@@ -675,16 +673,13 @@ def merge_loops_to_fuse(node1, node2) -> bool:
     return True
 
 
-def _under_rollback_scope(*nodes) -> bool:
+def _nodes_under_rollback_scope(*nodes) -> bool:
     """True inside Scheduler.can_fuse, whose loop mutation tracker listens on
     every leaf node and undoes the loop changes of a rejected fusion."""
     from .scheduler import SchedulerNode
 
-    return all(
-        sn._loop_mutation_listener is not None
-        for node in nodes
-        for sn in node.get_nodes()
-        if isinstance(sn, SchedulerNode)
+    return under_rollback_scope(
+        sn for node in nodes for sn in node.get_nodes() if isinstance(sn, SchedulerNode)
     )
 
 

@@ -52,6 +52,7 @@ from torch.utils._sympy.value_ranges import bound_sympy, ValueRanges
 
 from . import config
 from .cpp_fusion_costs import BLOCK_BYTES_IN_CACHE, feeds_every_thread
+from .cpp_fusion_nodes import is_outer_loop_fused
 from .dependencies import MemoryDep
 from .virtualized import V
 
@@ -108,7 +109,7 @@ def members_join_by_block(members) -> bool:
 
 
 def _is_stock_outer_fusion(node) -> bool:
-    return hasattr(node, "get_outer_nodes") and not is_outer_block_fusion(node)
+    return is_outer_loop_fused(node) and not is_outer_block_fusion(node)
 
 
 def reads_by_block(producers, consumer) -> bool:

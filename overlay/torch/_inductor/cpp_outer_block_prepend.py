@@ -49,6 +49,7 @@ import sympy
 
 from . import config, dependencies
 from .codegen.cpp_outer_loop_regroup import codegen_alone
+from .cpp_fusion_nodes import is_outer_loop_fused, under_rollback_scope
 from .cpp_outer_block_fusion import block_fusion_score_at, members_join_by_block
 from .cpp_outer_block_tiles import (
     apply_loop_bodies,
@@ -64,7 +65,7 @@ def prepend_fusion_score(scheduler, node1, node2) -> int:
     fusion, in front and block by block; else 0."""
     if not _joins_in_front(scheduler, node1, node2):
         return 0
-    if hasattr(node2, "get_outer_nodes"):
+    if is_outer_loop_fused(node2):
         depth = node2.outer_loop_fusion_depth
         if _fusion_depth(scheduler, node1, node2) == depth:
             return block_fusion_score_at(scheduler, node1, node2, depth)
@@ -94,7 +95,7 @@ def _reindexed_score(scheduler, node1, node2) -> int:
     leaves = leaves_of_one_space(node1)
     if leaves is None or node1.is_reduction():
         return 0
-    if not all(sn._loop_mutation_listener is not None for sn in leaves):
+    if not under_rollback_scope(leaves):
         return 0  # outside can_fuse's rollback scope: never mutate
     saved = _LoopStateSnapshot.create((node1,))
     if try_reindex_pointwise_for_reduction(scheduler, node1, node2):
@@ -126,7 +127,7 @@ def _split_and_score(scheduler, node1, node2, outer: list[int]) -> int:
     blocks = math.prod(outer)
     if math.prod(sizes) % blocks or math.prod(sizes) == blocks:
         return 0
-    if not all(sn._loop_mutation_listener is not None for sn in leaves):
+    if not under_rollback_scope(leaves):
         return 0  # outside can_fuse's rollback scope: never mutate
     saved = _LoopStateSnapshot.create((node1,))
     apply_loop_bodies(node1, leaves, lambda body: body.merge_loops())
@@ -184,9 +185,9 @@ def _as_loop_body(fn, sizes, reduce_sizes, prefix: str) -> LoopBody:
 def _joins_in_front(scheduler, node1, node2) -> bool:
     if not (config.cpp.outer_block_prepend and config.cpp.outer_block_fusion):
         return False
-    if hasattr(node1, "get_outer_nodes"):
+    if is_outer_loop_fused(node1):
         return False
-    if hasattr(node2, "get_outer_nodes") and members_join_by_block(
+    if is_outer_loop_fused(node2) and members_join_by_block(
         node2.get_outer_nodes()
     ):
         return False  # a block fusion: cpp_outer_block_fusion.py extends it

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import weakref
 
 import sympy
 
@@ -61,6 +60,7 @@ from .cpp_fusion_costs import (
     TILE_BYTES_IN_CACHE,
     tile_lanes,
 )
+from .cpp_fusion_nodes import is_outer_loop_fused, static_sizes, under_rollback_scope
 from .cpp_loop_ordering import merge_loops_below, fused_node_group
 from .cpp_outer_block_fusion import (
     index_bounds,
@@ -83,11 +83,6 @@ from .virtualized import V
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
 
-# Outer-loop fused statistics whose pixels this module tiled for a consumer
-# to join (it asks again, on the tiled pair, when it fuses it).
-_TILED_STATISTICS: weakref.WeakSet = weakref.WeakSet()
-
-
 def tiled_block_fusion_score(scheduler, node1, node2) -> int:
     """Bytes shared by an outer-block fusion of the pair over tiles of the
     innermost loop, with the tiling applied; 0 (and nothing changed) if none."""
@@ -108,7 +103,7 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
     if leaves1 is None or leaves2 is None:
         return 0
     pair = ((node1, leaves1), (node2, leaves2))
-    if not all(sn._loop_mutation_listener is not None for sn in leaves1 + leaves2):
+    if not under_rollback_scope(leaves1 + leaves2):
         return 0  # outside can_fuse's rollback scope: never mutate
     saved = _LoopStateSnapshot.create((node1, node2))
     tile = _merge_loops_and_pick_tile(pair, depth, extends_outer_fusion)
@@ -124,7 +119,7 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
             score = outer_block_fusion_score(scheduler, node1, node2)
     if score > 0:
         if extends_outer_fusion:
-            _TILED_STATISTICS.add(node1)
+            node1.tiled_statistics = True  # asked again when the pair fuses
         fusion_log.debug(
             "outer-block tiles: %s -> %s fused over tiles of %d of the innermost loop",
             node1.get_name(),
@@ -206,9 +201,9 @@ def _tiled_statistics_score(scheduler, node1, node2) -> int:
     fused over all their loops but the tile's lanes (the scheduler asks
     again for the tiled pair when it fuses it); 0 for any other pair, such
     as an outer-loop fusion stock made over fewer than all its loops."""
-    if node1 not in _TILED_STATISTICS:
-        return 0
     if not _outer_fused_producer_and_consumer(node1, node2):
+        return 0
+    if not node1.tiled_statistics:
         return 0
     sizes = static_iter_sizes(node1)
     depth = node1.outer_loop_fusion_depth
@@ -220,9 +215,7 @@ def _tiled_statistics_score(scheduler, node1, node2) -> int:
 def _outer_fused_producer_and_consumer(node1, node2) -> bool:
     """Whether node1 is an outer-loop fused node that node2 consumes, with
     the block fusion and the regroup fallback the statistics join needs."""
-    from .codegen.cpp import OuterLoopFusedSchedulerNode
-
-    if type(node1) is not OuterLoopFusedSchedulerNode:
+    if not is_outer_loop_fused(node1):
         return False
     if not (config.cpp.outer_block_fusion and config.cpp.outer_loop_regroup):
         return False
@@ -306,10 +299,7 @@ def leaves_of_one_space(node) -> list[SchedulerNode] | None:
 
 
 def static_iter_sizes(node) -> list[int] | None:
-    sizes = node.get_nodes()[0].get_ranges()[0]
-    if not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
-        return None
-    return [int(s) for s in sizes]
+    return static_sizes(node.get_nodes()[0].get_ranges()[0])
 
 
 def _tile_size(node1, node2, depth: int, in_l2: bool) -> int | None:
@@ -378,7 +368,7 @@ def _regroup(node, leaves) -> None:
         device = sn.get_device()
         backend = sn.scheduler.get_backend(device)
         sn.group = (device, backend.group_fn(sn.get_ranges()))
-    members = getattr(node, "outer_fused_nodes", [])
+    members = node.get_outer_nodes() if is_outer_loop_fused(node) else []
     for fused in [*members, node]:
         if isinstance(fused, FusedSchedulerNode):
             fused.group = fused_node_group(fused)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from typing import TYPE_CHECKING
-from weakref import WeakKeyDictionary
 
 import sympy
 
@@ -64,6 +63,9 @@ class InvariantLoadLine(DeferredLine):
     (``move_code_under_inner_loop``) takes it as one."""
 
     def __init__(self, name: str, line: str, candidate: _Candidate):
+        if candidate.load not in line:
+            # The kernel prints its loads otherwise than this module expects.
+            raise AssertionError(f"no load {candidate.load!r} in the line {line!r}")
         super().__init__(name, line)
         self.candidate = candidate
 
@@ -78,10 +80,6 @@ class InvariantLoadLine(DeferredLine):
         return InvariantLoadLine(self.name, line, self.candidate)
 
 
-# kernel -> its candidates, in the order of their lines
-_candidates: WeakKeyDictionary[CppKernel, list[_Candidate]] = WeakKeyDictionary()
-
-
 def load_line(kernel: CppKernel, name: str, index: sympy.Expr, load: str):
     """The line ``CppKernel.load`` generates for ``load`` (``ptr[index]``):
     ``load`` itself, or a line that reads a hoisted copy if the loop nest
@@ -91,7 +89,7 @@ def load_line(kernel: CppKernel, name: str, index: sympy.Expr, load: str):
     if not names_only_loops_and_sizes(kernel, index):
         return load
     candidate = _Candidate(kernel.loads, name, index, load)
-    _candidates.setdefault(kernel, []).append(candidate)
+    kernel.invariant_load_candidates.append(candidate)
     return InvariantLoadLine(name, load, candidate)
 
 
@@ -117,7 +115,7 @@ def hoist_invariant_loads(
     ``stack``) and points their lines at the copies."""
     assert loop_nest.loops is not None
     kernels = _kernels(loop_nest.get_kernel())
-    candidates = [c for kernel in kernels for c in _candidates.get(kernel, ())]
+    candidates = [c for kernel in kernels for c in kernel.invariant_load_candidates]
     for candidate in candidates:
         candidate.local = None  # decided afresh each time the nest is written
     if not candidates or depth != len(loop_nest.loops) - 1:
@@ -142,7 +140,7 @@ def _plan(kernels: list[CppKernel], loop: LoopLevel) -> IndentedBuffer:
     hoisted = IndentedBuffer()
     names: dict[str, str] = {}  # load -> its hoisted copy, shared by the kernels
     for kernel in kernels:
-        for candidate in _candidates.get(kernel, ()):
+        for candidate in kernel.invariant_load_candidates:
             if (
                 candidate.buffer is not kernel.loads  # a masked body, a suffix
                 or loop.var in candidate.index.free_symbols

@@ -51,7 +51,6 @@ import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
-from weakref import WeakKeyDictionary
 
 import sympy
 import torch
@@ -133,6 +132,7 @@ class PrefetchLine(DeferredLineBase):
     """The prefetch after a load: printed once the plan gives it a distance."""
 
     def __init__(self, line: str, load: _Load):
+        assert _DISTANCE in line, line  # the distance is filled in when printed
         super().__init__(line)
         self.load = load
 
@@ -163,11 +163,6 @@ class PrefetchSlotLine(DeferredLineBase):
         return PrefetchSlotLine(line, self.slot)
 
 
-# kernel -> its loads that may be prefetched, and the slot before the first
-_loads: WeakKeyDictionary = WeakKeyDictionary()
-_slots: WeakKeyDictionary = WeakKeyDictionary()
-
-
 def generate_vector_load(kernel, name, pointer, index, dtype, line, masked: bool):
     """``CppVecKernel.load``'s contiguous load ``line``, generated into the
     kernel's loads with the lines that may prefetch (see module docstring)."""
@@ -181,13 +176,13 @@ def generate_vector_load(kernel, name, pointer, index, dtype, line, masked: bool
         and not _is_output(kernel.args, name)
     )
     new = candidate and kernel.cse.try_get(line) is None
-    if new and kernel not in _slots:
-        slot = _slots[kernel] = _Slot(kernel.loads)
-        kernel.loads.writeline(PrefetchSlotLine(_SLOT, slot))
+    if new and kernel.prefetch_slot is None:
+        kernel.prefetch_slot = _Slot(kernel.loads)
+        kernel.loads.writeline(PrefetchSlotLine(_SLOT, kernel.prefetch_slot))
     csevar = kernel.cse.generate(kernel.loads, line, dtype=dtype)
     if new:
         load = _Load(kernel, name, pointer, index)
-        _loads.setdefault(kernel, []).append(load)
+        kernel.prefetch_loads.append(load)
         kernel.loads.writeline(PrefetchLine(load.prefetch(_DISTANCE), load))
     return csevar
 
@@ -214,10 +209,10 @@ def _plan(outer_nest, kernel) -> bool:
     passes = [nest.get_kernel() for nest in kernel.inner]
     kernels = [k for proxy in passes for k in getattr(proxy, "kernels", ())]
     for k in kernels:  # decided afresh each time the kernel is written
-        for load in _loads.get(k, ()):
+        for load in k.prefetch_loads:
             load.ahead = 0
-        if k in _slots:
-            _slots[k].rows.clear()
+        if k.prefetch_slot is not None:
+            k.prefetch_slot.rows.clear()
     if len(passes) < 2 or not outer_nest.loops:
         return False
     if streaming.footprint_bytes(kernel.args) < costs.last_level_cache_bytes():
@@ -301,7 +296,7 @@ def static_stride(index: sympy.Expr, var, loop_vars) -> int:
 
 
 def _pass_loads(proxy) -> list[_Load]:
-    return [load for k in proxy.kernels for load in _loads.get(k, ())]
+    return [load for k in proxy.kernels for load in k.prefetch_loads]
 
 
 def _first_slot(proxy) -> _Slot | None:
@@ -310,7 +305,7 @@ def _first_slot(proxy) -> _Slot | None:
     for k in proxy.kernels:
         if any(start == end for start, end in k.active_ranges.values()):
             continue  # an empty range: its body is not written
-        slot = _slots.get(k)
+        slot = k.prefetch_slot
         return slot if slot is not None and slot.buffer is k.loads else None
     return None
 

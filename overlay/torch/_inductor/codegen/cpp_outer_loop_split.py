@@ -30,6 +30,7 @@ import sympy
 import torch
 
 from ..cpp_fusion_costs import SMALL_CONSUMER_RATIO, strided_inner_bytes
+from ..cpp_fusion_nodes import static_sizes, under_rollback_scope
 from ..scheduler import (
     FusedSchedulerNode,
     refresh_group_node_dependencies,
@@ -59,12 +60,6 @@ def shared_outer_levels(
             break
         shared += 1
     return shared
-
-
-def _static_sizes(sizes: Sequence[sympy.Expr]) -> list[int] | None:
-    if all(isinstance(s, (int, sympy.Integer)) for s in sizes):
-        return [int(s) for s in sizes]
-    return None
 
 
 def split_for_outer_extent(
@@ -100,7 +95,7 @@ def split_for_outer_extent(
 def _outer_sizes_of(node: BaseSchedulerNode, depth: int | None) -> list[int] | None:
     """The outer loop ranges a consumer of ``node`` has to share."""
     _, (iter_sizes, reduce_sizes) = node.group
-    sizes = _static_sizes(iter_sizes)
+    sizes = static_sizes(iter_sizes)
     if not sizes or not reduce_sizes:
         # Producers without a reduction fuse with their consumers directly.
         return None
@@ -124,13 +119,8 @@ def _worth_splitting(
     if old[-1] == new[-1]:
         return True
     _, (iter_sizes, reduce_sizes) = producer.group
-    producer_work = math.prod(_static_sizes([*iter_sizes, *reduce_sizes]) or [0])
+    producer_work = math.prod(static_sizes([*iter_sizes, *reduce_sizes]) or [0])
     return math.prod(new) * SMALL_CONSUMER_RATIO <= producer_work
-
-
-def _under_rollback_scope(leaves: Sequence[SchedulerNode]) -> bool:
-    """True inside Scheduler.can_fuse, whose tracker undoes rejected splits."""
-    return all(sn._loop_mutation_listener is not None for sn in leaves)
 
 
 def _planned_split(
@@ -143,7 +133,7 @@ def _planned_split(
     if outer is None or leaves is None:
         return None
     _, (iter_sizes, reduce_sizes) = consumer.group
-    sizes = _static_sizes(iter_sizes)
+    sizes = static_sizes(iter_sizes)
     if reduce_sizes or not sizes:
         return None
     if any(
@@ -164,8 +154,8 @@ def _reduces_across_strided_memory(producer: BaseSchedulerNode) -> bool:
 
     A reduction over a strided dimension (LayerNorm over the channels of an
     NCHW tensor) is vectorized across its outer loop instead.  Fusing more
-    kernels into that tiled outer loop made the ConvNeXt-style LayerNorm
-    1.17-1.25x slower than stock's separate loop nests.
+    kernels into that tiled outer loop makes the ConvNeXt-style LayerNorm
+    slower than stock's separate loop nests.
     """
     return any(
         strided_inner_bytes(sn) > 0
@@ -203,7 +193,7 @@ def split_for_outer_loop_fusion(
     if plan is None:
         return False
     leaves, sizes, new_sizes = plan
-    if not _under_rollback_scope(leaves):
+    if not under_rollback_scope(leaves):
         return True
     _apply_split(consumer, leaves, new_sizes)
     fusion_log.debug(

@@ -28,7 +28,6 @@ pragma alone the unrolled loop holds more moves than before, so patch 0017
 also adds ``-fweb`` to GCC's optimization flags under the same flag.  Clang
 renames without help.  GCC 12 ignores the pragma inside an OpenMP parallel
 region, so a parallelized kernel keeps its moves.
-Measured on the fused GroupNorm kernel above (1 thread): 1.89 -> 1.60 ms.
 Welford reductions (var/var_mean, LayerNorm's statistics over rows longer
 than 1024) keep one accumulator: rotated, their slots measured slower, not
 faster (1 thread, kernel time with/without: var_mean over (512, 2048) 1.29,
@@ -61,13 +60,13 @@ from __future__ import annotations
 
 import functools
 import operator
-import weakref
 
 import sympy
 import torch
 
 from .. import config
 from ..cpp_fusion_costs import ACCUMULATORS, MIN_ITERATIONS_PER_ACCUMULATOR
+from ..cpp_fusion_nodes import is_outer_loop_fused
 
 # Vector adds per lane that CascadeSumHelper sums before it cascades
 # (its kChunkSize as cpp.py instantiates it).
@@ -81,8 +80,6 @@ TRANSCENDENTAL_OPS = frozenset(
 )
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
-# Vector kernels whose reduction rotates accumulators, and how many.
-_ROTATING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def accumulator_count(kernel, reduction_type: str, dtype: torch.dtype) -> int:
@@ -140,7 +137,7 @@ def add_accumulators(
         for slot in slots:
             prefix.writeline(f"{acc_type_vec} {slot} = {init};")
     kernel.stores.writeline(_rotation(acc_vec, slots))
-    _ROTATING[kernel] = count
+    kernel.rotating_accumulators = count
     kernel.non_parallel_reduction_suffix.writeline(
         _combine(kernel, reduction_type, acc_vec, slots)
     )
@@ -169,7 +166,8 @@ def unroll_rotated_loop(
     if loop.parallel or loop.collapsed:
         return loop_lines
     proxy = loop_nest.get_kernel()
-    count = max((_ROTATING.get(k, 1) for k in getattr(proxy, "kernels", ())), default=1)
+    kernels = getattr(proxy, "kernels", ())
+    count = max((k.rotating_accumulators for k in kernels), default=1)
     pragma = _unroll_pragma(count) if count > 1 else None
     if pragma is None:
         return loop_lines
@@ -241,7 +239,7 @@ def _ops_so_far(node) -> set[str]:
     if node is None:
         return set()
     group = V.graph.scheduler.name_to_fused_node.get(node.get_name(), node)
-    if hasattr(group, "get_outer_nodes"):  # one kernel per outer-loop member
+    if is_outer_loop_fused(group):  # one kernel per outer-loop member
         group = next(m for m in group.get_outer_nodes() if node in m.get_nodes())
     ops: set[str] = set()
     for snode in group.get_nodes():

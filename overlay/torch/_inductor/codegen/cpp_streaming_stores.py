@@ -80,6 +80,11 @@ class StreamStoreLine(DeferredLine):
     ``DelayReplaceLine``); a plain ``DeferredLine`` of the buffer otherwise."""
 
     def __init__(self, name: str, line: str, store: _Store):
+        if store.store not in line:
+            # The kernel prints its stores otherwise than this module expects:
+            # streaming them would silently do nothing while fences are still
+            # emitted.
+            raise AssertionError(f"no store {store.store!r} in the line {line!r}")
         super().__init__(name, line)
         self.store = store
 
