@@ -333,10 +333,7 @@ def test_the_cost_model_grows_with_the_features_that_use_it():
         "LOOKAHEAD_BYTES": "0014",
         "TILE_BYTES_IN_CACHE": "0019",
     }
-    for name, step in arrivals.items():
-        assert name in commits[step].grown[costs], (name, step)
-        earlier = [c for n, c in commits.items() if n < step]
-        assert all(name not in c.available[costs] for c in earlier), name
+    _assert_arrivals(commits, costs, arrivals)
 
 
 def test_each_fallback_lands_with_the_patch_that_lists_it():
@@ -351,10 +348,15 @@ def test_each_fallback_lands_with_the_patch_that_lists_it():
         "Shallower": "0018",
         "Prepend": "0020",
     }
+    _assert_arrivals(commits, fallbacks, arrivals)
+
+
+def _assert_arrivals(commits, module: str, arrivals: dict[str, str]) -> None:
+    """Each name of the module lands with its step, and not before."""
     for name, step in arrivals.items():
-        assert name in commits[step].grown[fallbacks], (name, step)
+        assert name in commits[step].grown[module], (name, step)
         earlier = [c for n, c in commits.items() if n < step]
-        assert all(name not in c.available[fallbacks] for c in earlier), name
+        assert all(name not in c.available[module] for c in earlier), name
 
 
 def _series_and_overlay():

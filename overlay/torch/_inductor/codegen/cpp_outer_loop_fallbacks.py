@@ -87,16 +87,24 @@ class Retile(OuterLoopFallback):
             yield functools.partial(failed.merge, failed.node, retile)
 
 
-class Regroup(OuterLoopFallback):
+class OneAttemptFallback(OuterLoopFallback):
+    """A fallback whose one attempt generates the node another way."""
+
+    def codegen(
+        self, scheduling: CppScheduling, node: OuterLoopFusedSchedulerNode
+    ) -> bool:
+        raise NotImplementedError
+
+    def attempts(self, failed: FailedMerge) -> Iterator[Attempt]:
+        yield functools.partial(self.codegen, failed.scheduling, failed.node)
+
+
+class Regroup(OneAttemptFallback):
     name = "regroup"
     flag = "outer_loop_regroup"
 
-    def attempts(self, failed: FailedMerge) -> Iterator[Attempt]:
-        yield functools.partial(
-            cpp_outer_loop_regroup.codegen_without_last_member,
-            failed.scheduling,
-            failed.node,
-        )
+    def codegen(self, scheduling, node) -> bool:
+        return cpp_outer_loop_regroup.codegen_without_last_member(scheduling, node)
 
 
 class Shallower(OuterLoopFallback):
@@ -111,15 +119,13 @@ class Shallower(OuterLoopFallback):
             yield functools.partial(failed.merge, shallow, retile)
 
 
-class Prepend(OuterLoopFallback):
+class Prepend(OneAttemptFallback):
     name = "prepend"
     flag = "outer_block_prepend"
 
-    def attempts(self, failed: FailedMerge) -> Iterator[Attempt]:
-        yield functools.partial(
-            cpp_outer_block_prepend.codegen_without_prepended_member,
-            failed.scheduling,
-            failed.node,
+    def codegen(self, scheduling, node) -> bool:
+        return cpp_outer_block_prepend.codegen_without_prepended_member(
+            scheduling, node
         )
 
 
