@@ -454,6 +454,11 @@ class _Fallback:
         return result
 
 
+class KernelGroupArgs:
+    class args:  # noqa: N801 - a kernel group's args with no buffer stored
+        output_buffers: dict = {}
+
+
 def _run(fallbacks):
     from torch._inductor.codegen.cpp_outer_loop_fallbacks import (
         FailedMerge,
@@ -461,6 +466,8 @@ def _run(fallbacks):
     )
 
     class Scheduling:
+        kernel_group = KernelGroupArgs()
+
         def outer_loop_fallbacks(self):
             return fallbacks
 
@@ -490,3 +497,20 @@ def test_no_fallback_generates_the_node():
     seen: list = []
     assert not _run([_Fallback("a", True, [False], seen)])
     assert seen == [("a", 1, 2, False)]
+
+
+@requires_vectors  # the stock attempt's vector tiling is what fails to merge
+def test_a_regrouped_head_with_a_local_buffer_passes_no_removed_buffer():
+    # Found by the fuzzer: softmax over dim 1 of (4, 4, 1) bfloat16, dynamic
+    # sizes.  The whole node fails to merge, its kernels having stored buf0;
+    # the regrouped head keeps buf0 in a local buffer, removed from the graph,
+    # and the kernel still took it as an argument: NameError in the wrapper.
+    def softmax_dim1(x):
+        return torch.softmax(x, dim=1)
+
+    x = torch.randn(4, 4, 1).to(torch.bfloat16)
+    patched = compile_and_inspect(
+        softmax_dim1, (x,), extra_config=SEED_CONFIG, dynamic=True
+    )
+    assert patched.outer_fused == 1
+    FileCheck().check("local_buffer_data_0").run(patched.code)

@@ -39,7 +39,9 @@ from typing import ClassVar, TYPE_CHECKING
 import torch
 
 from .. import config, cpp_outer_block_prepend, metrics
+from ..virtualized import V
 from . import cpp_outer_loop_regroup, cpp_outer_loop_shallower
+from .common import REMOVED, RemovedArg
 from .cpp_outer_loop_retile import OuterLoopRetile
 
 
@@ -145,5 +147,17 @@ def run_fallbacks(failed: FailedMerge, counters: tuple[int, int]) -> bool:
             metrics.generated_kernel_count = kernels
             with torch._inductor.config.patch(inplace_buffers=False):
                 if attempt():
+                    drop_args_of_removed_buffers(failed.scheduling.kernel_group.args)
                     return True
     return False
+
+
+def drop_args_of_removed_buffers(args) -> None:
+    """The failed attempt's kernels registered the buffers they stored as
+    arguments of the kernel group; a fallback that keeps one of them in a
+    local buffer (a regrouped head whose members now hold all its users)
+    removes it from the graph, and the wrapper allocates nothing for it.
+    Stock never gets here: its fallback stores every buffer again."""
+    for name, inner in list(args.output_buffers.items()):
+        if name in V.graph.removed_buffers and not isinstance(inner, RemovedArg):
+            args.output_buffers[name] = REMOVED
