@@ -276,6 +276,9 @@ rebase-check:
 # from .venv checks every cut module.  With PYTORCH_SRC the set is also applied
 # (git am --3way, in a throwaway clone) onto ONTO (default HEAD) there.
 ONTO ?=
+# UPSTREAM_TESTS: a directory holding upstream's test/inductor/ (PYTORCH_SRC
+# serves too): the series' edits of upstream tests land in their commits.
+UPSTREAM_TESTS ?=
 PR_ARGS ?=
 # make test-all: make test, then the slow checks: the series as upstream
 # commits with each commit's tests run at its step (make pr), the mutant
@@ -288,7 +291,8 @@ test-all: test
 
 pr: stock-venv
 	$(PYTHON) -m tools.pr $(if $(PYTORCH_SRC),--pytorch-src "$(PYTORCH_SRC)") \
-	  $(if $(ONTO),--onto "$(ONTO)") $(PR_ARGS)
+	  $(if $(ONTO),--onto "$(ONTO)") \
+	  $(if $(UPSTREAM_TESTS),--upstream-tests "$(UPSTREAM_TESTS)") $(PR_ARGS)
 
 # make upstream-test: tools/upstream_test.py.  Test files from PYTORCH_SRC (a
 # checkout, or a directory holding upstream's test/inductor files), torch from

@@ -46,6 +46,17 @@ from pathlib import Path
 from fusion_overlay.overlay import OverlayError, pristine_bytes, read_state
 from tools.pr_slice import ModuleSource, SliceError, Slicer, imports_in_text
 from tools.pr_steps import PASSED, SKIPPED, StepCheck, StepRunner, format_checks
+from tools.upstream_test_edits import (
+    DEFAULT_EDITS_DIR,
+    TestEdit,
+    UpstreamEditError,
+    apply_edit,
+    commit_notes,
+    edits_of_patch,
+    load_edits,
+    read_test_files,
+    touched_files,
+)
 from tools.pr_tests import (
     TestExportError,
     closure,
@@ -331,6 +342,8 @@ class PlannedCommit:
     test_files: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     helper: bool = False  # this commit adds or changes HELPER_PATH
     check: StepCheck | None = None
+    upstream_edits: list[TestEdit] = dataclasses.field(default_factory=list)
+    edits_applied: bool = False  # the upstream test files were there to edit
 
 
 def hook_imports(patch: Patch, overlay: dict[str, bytes]) -> dict[str, set[str]]:
@@ -912,6 +925,9 @@ def commit_message(commit: PlannedCommit, bench: dict | None) -> str:
         notes.append("Context: " + commit.dep3.fields["Bug"])
     if notes:
         parts += [""] + notes
+    edit_notes = commit_notes(commit.upstream_edits, commit.edits_applied)
+    if edit_notes:
+        parts += [""] + edit_notes
     if bench is not None:
         rows = bench_rows_for(commit.dep3.summary + " " + commit.dep3.body, bench)
         if rows:
@@ -1214,6 +1230,39 @@ def read_pristine_files(series: Series, roots: Sequence[Path]) -> dict[str, byte
 # The export
 
 
+def attach_upstream_edits(
+    commits: Sequence[PlannedCommit],
+    edits_dir: Path,
+    upstream_tests: Path | None,
+    base: dict[str, bytes],
+) -> tuple[list[TestEdit], str | None]:
+    """Give each commit its upstream test edits; add the files they edit to base.
+
+    Returns the edits and where the upstream files came from (None: none
+    given, so the commits only name their edits)."""
+    try:
+        edits = load_edits(edits_dir)
+    except UpstreamEditError as error:
+        raise ExportError(str(error)) from None
+    numbers = {c.patch.name.split("-", 1)[0] for c in commits}
+    stray = [e.path.name for e in edits if e.patch not in numbers]
+    if stray:
+        raise ExportError(f"upstream test edits of no patch in the series: {stray}")
+    label = None
+    if upstream_tests is not None and edits:
+        try:
+            files, label = read_test_files(
+                upstream_tests, touched_files(edits), UPSTREAM_REF
+            )
+        except UpstreamEditError as error:
+            raise ExportError(str(error)) from None
+        base.update(files)
+    for commit in commits:
+        commit.upstream_edits = edits_of_patch(commit.patch.name, edits)
+        commit.edits_applied = label is not None
+    return edits, label
+
+
 @dataclasses.dataclass
 class Export:
     out_dir: Path
@@ -1277,14 +1326,21 @@ def export_series(
     check: bool = True,
     runner: Runner | None = None,
     tests: Sequence[TestExport] = TEST_EXPORTS,
+    upstream_tests: Path | None = None,
+    edits_dir: Path = DEFAULT_EDITS_DIR,
 ) -> Export:
-    """Export the series; with `runner`, check each commit's tests at it."""
+    """Export the series; with `runner`, check each commit's tests at it.
+
+    With `upstream_tests` (a PyTorch checkout or a directory holding
+    upstream's test/inductor/), the base also holds the upstream test files
+    the series edits, and each edit lands in its feature's commit."""
     series = load_series(patches_dir)
     overlay = load_overlay_files(overlay_dir)
     commits = plan_commits(series, overlay, tests)
     base = read_pristine_files(
         series, default_base_roots() if base_roots is None else base_roots
     )
+    edits, edits_label = attach_upstream_edits(commits, edits_dir, upstream_tests, base)
     bench = load_bench(bench_path)
     env = git_env(identity or repo_identity(), date or repo_date())
     placer = TestPlacer(tests, commits, overlay, read_source, runner)
@@ -1303,6 +1359,12 @@ def export_series(
                     f"{commit.patch.name} does not apply to {UPSTREAM_REF} "
                     f"+ the patches before it:\n{proc.stderr.strip()}"
                 )
+            if commit.edits_applied:
+                for edit in commit.upstream_edits:
+                    try:
+                        apply_edit(work, edit, lambda *a, **k: git(*a, env=env, **k))
+                    except UpstreamEditError as error:
+                        raise ExportError(str(error)) from None
             for rel, text in commit.modules.items():
                 check_names(rel, text, commit.patch.name)
             files = {rel: text.encode() for rel, text in commit.modules.items()}
@@ -1340,6 +1402,15 @@ def export_series(
         export.checks.append(
             f"`git am` of the {len(patches)} patches on a fresh partial "
             f"{UPSTREAM_REF} tree: applies, same final tree ({final_tree[:12]})"
+        )
+    if edits:
+        export.checks.append(
+            f"upstream test edits: {len(edits)} applied to {edits_label}, each in "
+            "its feature's commit"
+            if edits_label
+            else f"upstream test edits: {len(edits)} in patches/upstream-tests/, "
+            "not in this export (no upstream test files: --upstream-tests or "
+            "PYTORCH_SRC); each commit message names its own"
         )
     if runner is not None:
         export.checks.append(step_check_line(commits))
@@ -1541,6 +1612,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="site-packages dir holding pristine torch 2.13.0 (default: the venvs)",
     )
+    parser.add_argument(
+        "--upstream-tests",
+        type=Path,
+        default=None,
+        help="a PyTorch checkout or a directory holding upstream's test/inductor/: "
+        "the series' edits of upstream tests (patches/upstream-tests/) land in "
+        "their features' commits (default: --pytorch-src)",
+    )
     parser.add_argument("--bench", type=Path, default=DEFAULT_BENCH)
     parser.add_argument(
         "--no-step-checks",
@@ -1578,7 +1657,11 @@ def _export_from(
                 file=sys.stderr,
             )
         return export_series(
-            args.out, base_roots=args.base_from, bench_path=args.bench, runner=runner
+            args.out,
+            base_roots=args.base_from,
+            bench_path=args.bench,
+            runner=runner,
+            upstream_tests=upstream_tests_of(args),
         )
     root = checkout_rev(args.rev, tmp)
     return export_series(
@@ -1589,7 +1672,18 @@ def _export_from(
         bench_path=args.bench,
         read_source=lambda rel: (root / rel).read_text(),
         runner=runner,
+        upstream_tests=upstream_tests_of(args),
+        edits_dir=root / "patches" / "upstream-tests",
     )
+
+
+def upstream_tests_of(args: argparse.Namespace) -> Path | None:
+    """--upstream-tests, else a --pytorch-src that holds test/inductor/."""
+    if args.upstream_tests is not None:
+        return args.upstream_tests
+    if args.pytorch_src and (Path(args.pytorch_src) / "test" / "inductor").is_dir():
+        return Path(args.pytorch_src)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1600,6 +1694,12 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("git") is None:
         print("error: git is needed", file=sys.stderr)
         return 2
+    if args.upstream_tests and not (args.upstream_tests / "test" / "inductor").is_dir():
+        print(
+            f"error: --upstream-tests {args.upstream_tests} has no test/inductor/",
+            file=sys.stderr,
+        )
+        return 1
     if args.pytorch_src and not (Path(args.pytorch_src) / "torch").is_dir():
         # before the export and its step checks: bad input changes nothing
         print(
