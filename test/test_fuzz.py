@@ -14,7 +14,9 @@ import concurrent.futures
 
 import dataclasses
 import importlib.util
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -273,6 +275,71 @@ def test_a_dead_worker_leaves_a_repro_of_its_last_program(tmp_path):
     crashed = _crashed_workers([dead], [0], records, tmp_path, tmp_path / "repros")
     assert len(crashed) == 1 and "signal 11" in crashed[0]
     assert (tmp_path / "repros" / f"test_fuzz_{case.digest()}.py").exists()
+
+
+FAKE_WORKER = """
+import json, sys, time
+path, index = sys.argv[1], int(sys.argv[2])
+with open(path, "a") as f:
+    f.write(json.dumps({"type": "example", "t": 0, "status": "ok", "kind": "",
+        "message": "", "stats": {}, "kinds": [], "config": "seed",
+        "dynamic": False, "low_precision": False, "variant": [],
+        "shrinking": False, "digest": f"d{index}"}) + "\\n")
+time.sleep(120)
+"""
+
+
+def _interrupted_run(tmp_path, monkeypatch, shard, sigterm=False):
+    """A run whose workers each record one program, then is stopped: Ctrl-C,
+    or the SIGTERM a cancelled CI job or a preempted machine sends."""
+    from tools.fuzz import runner
+
+    def fake_command(opts, include):
+        path = opts.out_dir / f"worker{opts.index}.jsonl"
+        return [sys.executable, "-c", FAKE_WORKER, str(path), str(opts.index)]
+
+    read = runner._read_records
+    stopped = []
+
+    def read_then_stop(out_dir, indices):
+        records = read(out_dir, indices)
+        examples = [r for r in records if r["type"] == "example"]
+        if len(examples) == len(indices) and not stopped:
+            stopped.append(True)
+            if sigterm:
+                os.kill(os.getpid(), signal.SIGTERM)
+            raise KeyboardInterrupt  # once, as the first Ctrl-C
+        return records
+
+    monkeypatch.setattr(runner, "_worker_command", fake_command)
+    monkeypatch.setattr(runner, "_read_records", read_then_stop)
+    summary = runner.run_fuzz(
+        "ci", seconds=60, seed=3, workers=2, out_dir=tmp_path / f"shard{shard[0]}",
+        repro_dir=tmp_path / "repros", shard=shard, cache_dir=tmp_path / "cache",
+        progress_every=1e9, log=lambda *a: None,
+    )  # fmt: skip
+    assert stopped
+    return summary
+
+
+@pytest.mark.parametrize("sigterm", [False, True], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_run_writes_its_summary(tmp_path, monkeypatch, sigterm):
+    summary = _interrupted_run(tmp_path, monkeypatch, (1, 1), sigterm)
+    assert summary.interrupted and len(summary.examples) == 2
+    assert not summary.crashed_workers  # stopped by us: no crash, no repro
+    meta = json.loads((tmp_path / "shard1" / "summary.json").read_text())
+    assert meta["interrupted"] and meta["stats"]["tried"] == 2
+    assert not (tmp_path / "repros").exists()
+
+
+def test_merge_counts_an_interrupted_shard_and_says_so(tmp_path, monkeypatch):
+    from tools.fuzz.runner import merge_runs
+
+    for index in (1, 2):
+        _interrupted_run(tmp_path, monkeypatch, (index, 2))
+    summary, problems = merge_runs([tmp_path / "shard1", tmp_path / "shard2"])
+    assert len(summary.examples) == 4 and summary.interrupted
+    assert problems == ["interrupted before their budget ran out: shard(s) 1/2, 2/2"]
 
 
 # --- the ci profile ---------------------------------------------------------

@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         max_ops=args.max_ops, streaming=args.streaming, shard=shard,
         batch=args.batch,
     )  # fmt: skip
+    if summary.interrupted:
+        return 130  # as a shell reports a Ctrl-C; the summary is written
     return 0 if summary.ok else 1
 
 

@@ -33,6 +33,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -371,6 +372,9 @@ class Summary:
     shard: str = "1/1"
     indices: list[int] = dataclasses.field(default_factory=list)
     worker_seconds: float = 0.0  # summed over workers (merged shards: all)
+    # stopped (Ctrl-C, SIGTERM of a preempted machine) before its budget ran
+    # out: its programs count, its summary says so, and merge reports it
+    interrupted: bool = False
 
     def programs_per_worker_second(self) -> float:
         busy = self.worker_seconds or self.seconds * self.workers
@@ -597,6 +601,8 @@ def run_fuzz(
     hard_limit = (seconds or 3600 * 24) + prof.shrink_grace + 300
     last_print = 0.0
     printed_failures = 0
+    interrupted = False
+    restore_sigterm = _sigterm_interrupts()
     try:
         while any(p.poll() is None for p in procs):
             time.sleep(1.0)
@@ -615,11 +621,15 @@ def run_fuzz(
                     if p.poll() is None:
                         p.send_signal(signal.SIGTERM)
     except KeyboardInterrupt:
+        # stopped from outside: the workers stop too, and what they checked
+        # is summarized like a finished run, marked interrupted
+        interrupted = True
+        log("fuzz: interrupted, stopping the workers and writing the summary")
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        raise
     finally:
+        restore_sigterm()
         for p in procs:
             try:
                 p.wait(timeout=30)
@@ -630,7 +640,9 @@ def run_fuzz(
             prune_cache(own_cache, cache_budget)
 
     records = _read_records(out_dir, indices)
-    crashed = _crashed_workers(procs, indices, records, out_dir, repro_dir)
+    crashed = _crashed_workers(
+        procs, indices, records, out_dir, repro_dir, stopped=interrupted
+    )
     summary = Summary(
         profile=profile,
         workers=workers,
@@ -643,6 +655,7 @@ def run_fuzz(
         crashed_workers=crashed,
         shard=f"{shard_index}/{shard_count}",
         indices=indices,
+        interrupted=interrupted,
     )
     if coverage:
         from .overlay_coverage import report
@@ -656,6 +669,7 @@ def run_fuzz(
                 "seconds": summary.seconds, "stats": summary.stats(),
                 "failures": summary.failures, "stock": summary.stock,
                 "crashed_workers": crashed, "coverage": summary.coverage,
+                "interrupted": interrupted,
             },
             indent=1, default=str,
         )
@@ -715,6 +729,11 @@ def merge_runs(run_dirs: list[Path]) -> tuple[Summary, list[str]]:
     missing = [shard for shard in expected if shard not in seen]
     if missing:
         problems.append("missing shard(s) " + ", ".join(missing))
+    stopped = [m.get("shard", "1/1") for _, m in metas if m.get("interrupted")]
+    if stopped:
+        problems.append(
+            "interrupted before their budget ran out: shard(s) " + ", ".join(stopped)
+        )
     summary = Summary(
         profile=metas[0][1]["profile"],
         workers=sum(m["workers"] for _, m in metas),
@@ -727,20 +746,39 @@ def merge_runs(run_dirs: list[Path]) -> tuple[Summary, list[str]]:
         crashed_workers=[c for _, m in metas for c in m["crashed_workers"]],
         shard=f"{len(seen)} of {count} merged",
         worker_seconds=sum(m["seconds"] * m["workers"] for _, m in metas),
+        interrupted=bool(stopped),
     )
     return summary, problems
 
 
+def _sigterm_interrupts():
+    """Make SIGTERM (a CI job cancelled, a machine preempted) stop the run as
+    Ctrl-C does; returns the function that restores the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
 def _crashed_workers(
-    procs, indices, records, out_dir: Path, repro_dir: Path
+    procs, indices, records, out_dir: Path, repro_dir: Path, stopped: bool = False
 ) -> list[str]:
-    """Workers that died without finishing: the program they checked is a repro."""
+    """Workers that died without finishing: the program they checked is a repro.
+
+    ``stopped``: the run was interrupted, so a worker ended by the SIGTERM
+    the parent sent did not crash."""
     from .repro import write_repro
 
     crashed = []
     for i, proc in zip(indices, procs):
         mine = [r for r in records if r["worker"] == i]
         if any(r["type"] == "done" for r in mine) and proc.returncode == 0:
+            continue
+        if stopped and proc.returncode in (-signal.SIGTERM, 0):
             continue
         how = (
             f"signal {-proc.returncode}"
@@ -778,7 +816,9 @@ def format_summary(summary: Summary) -> str:
             f"== fuzz summary: profile {summary.profile}, {summary.workers} worker(s), "
             f"seeds {min(summary.seeds)}..{max(summary.seeds)}, "
             + (f"shard {summary.shard}, " if summary.shard != "1/1" else "")
-            + f"{summary.seconds:.0f} s =="
+            + f"{summary.seconds:.0f} s"
+            + (", interrupted" if summary.interrupted else "")
+            + " =="
         ),
         (
             f"  programs tried          {agg['tried']:6d}   (checked {agg['checked']}, "
