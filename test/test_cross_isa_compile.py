@@ -250,16 +250,17 @@ def helpers_translation_unit() -> str:
         pass
 
     args, code = Args(), IndentedBuffer()
-    for name in (helpers.STREAM_STORE, helpers.STREAM_FENCE, prefetch.PREFETCH):
-        helpers.use(args, name)
+    for helper in (helpers.STREAM_STORE, helpers.STREAM_FENCE, prefetch.PREFETCH):
+        helpers.use(args, helper)
     helpers.write_definitions(code, args)
     return (
         "#include <torch/csrc/inductor/cpp_prefix.h>\n"
         + code.getvalue()
         + "\nvoid kernel(float* out, const float* in) {\n"
-        f"    {prefetch.PREFETCH}(in, 256);\n"
-        f"    {helpers.STREAM_STORE}(out, at::vec::Vectorized<float>::loadu(in));\n"
-        f"    {helpers.STREAM_FENCE}();\n"
+        f"    {prefetch.PREFETCH.name}(in, 256);\n"
+        f"    {helpers.STREAM_STORE.name}(out, "
+        "at::vec::Vectorized<float>::loadu(in));\n"
+        f"    {helpers.STREAM_FENCE.name}();\n"
         "}\n"
     )
 

@@ -7,25 +7,32 @@ in a kernel's loops: the loops call one of these helpers, which keeps the
 intrinsic behind its ISA or compiler guard and does the plain thing
 elsewhere (a plain store, no fence, no prefetch).
 
-The streaming stores' helpers are defined here; a feature may keep its own
-in its module (``define``, as the prefetch of cpp_outer_loop_prefetch.py).
-A kernel records the helpers it calls with ``use(args, name)``;
-``KernelGroup.codegen_group`` writes their definitions after the
-``cpp_prefix.h`` include (``write_definitions``).  Each definition has an
-include guard, since the C++ wrapper puts every kernel of a graph in one
-translation unit.
+A helper is a ``Helper``: its name, its C++ definition and its place among
+the definitions.  The streaming stores' helpers are defined here; a feature
+may keep its own in its module (as the prefetch of
+cpp_outer_loop_prefetch.py).  A kernel records the helpers it calls with
+``use(args, helper)`` on its ``KernelArgs``, the object the kernels of a
+group share; ``KernelGroup.codegen_group`` writes their definitions after
+the ``cpp_prefix.h`` include (``write_definitions``), in the helpers' fixed
+order, so the text does not depend on which feature asked first.  Each
+definition has an include guard, since the C++ wrapper puts every kernel of
+a graph in one translation unit.
 """
 
 from __future__ import annotations
 
-from weakref import WeakKeyDictionary
-
-from torch.utils._ordered_set import OrderedSet
+from typing import NamedTuple
 
 from ..utils import IndentedBuffer
 
-STREAM_STORE = "stream_store_f32"
-STREAM_FENCE = "stream_fence"
+
+class Helper(NamedTuple):
+    name: str  # what the kernel's loops call
+    definition: str  # C++, include-guarded; helpers may share one
+    order: int  # where the definition goes among a kernel's helpers
+
+
+_STORE, _FENCE = "stream_store_f32", "stream_fence"
 
 # Streaming stores exist for full float vectors on AVX512 and AVX2; the
 # fence orders the calling thread's, so it is needed exactly where they are.
@@ -35,7 +42,7 @@ _STREAMING = f"""\
 // A non-temporal store of a full float vector at an address aligned to the
 // vector width where the ISA has one; a plain store otherwise.
 template <typename vec_t>
-inline void {STREAM_STORE}(float* ptr, const vec_t& vec) {{
+inline void {_STORE}(float* ptr, const vec_t& vec) {{
 #if defined(CPU_CAPABILITY_AVX512)
     if constexpr (std::is_same_v<vec_t, at::vec::Vectorized<float>>) {{
         if ((reinterpret_cast<std::uintptr_t>(ptr) & 63) == 0) {{
@@ -54,45 +61,38 @@ inline void {STREAM_STORE}(float* ptr, const vec_t& vec) {{
     vec.store(ptr);
 }}
 // Orders the calling thread's streaming stores before its later stores.
-inline void {STREAM_FENCE}() {{
+inline void {_FENCE}() {{
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
     _mm_sfence();
 #endif
 }}
 #endif"""
 
-# name -> definition, written in this order; a feature that keeps its helper
-# in its own module adds it (``define``)
-_DEFINITIONS = {STREAM_STORE: _STREAMING, STREAM_FENCE: _STREAMING}
-
-# KernelArgs -> the helpers its kernel calls (KernelArgs is one per kernel
-# group; the entry goes with it)
-_used: WeakKeyDictionary = WeakKeyDictionary()
+STREAM_STORE = Helper(_STORE, _STREAMING, 0)
+STREAM_FENCE = Helper(_FENCE, _STREAMING, 1)
 
 
-def define(name: str, definition: str) -> str:
-    """Add helper ``name`` with its C++ ``definition`` (a feature's own,
-    kept in its module); the name.  Helpers are written in the order they
-    were defined."""
-    if _DEFINITIONS.get(name, definition) != definition:
-        raise ValueError(f"C++ helper {name!r} is already defined otherwise")
-    _DEFINITIONS[name] = definition
-    return name
+def _used_by(args) -> dict[str, Helper]:
+    """The helpers the kernels of ``args`` call, kept on ``args`` itself."""
+    used = getattr(args, "cpp_helpers", None)
+    if used is None:
+        used = args.cpp_helpers = {}
+    return used
 
 
-def use(args, name: str) -> str:
-    """Record that the kernel of ``args`` calls helper ``name``; the name."""
-    if name not in _DEFINITIONS:
-        raise ValueError(f"no C++ helper {name!r}; known: {sorted(_DEFINITIONS)}")
-    _used.setdefault(args, OrderedSet()).add(name)
-    return name
+def use(args, helper: Helper) -> str:
+    """Record that a kernel of ``args`` calls ``helper``; its name."""
+    used = _used_by(args)
+    if used.get(helper.name, helper) != helper:
+        raise ValueError(f"two C++ helpers named {helper.name!r}")
+    used[helper.name] = helper
+    return helper.name
 
 
 def write_definitions(code: IndentedBuffer, args) -> None:
-    """The definitions of the helpers the kernel of ``args`` calls, if any."""
-    used = _used.get(args, ())
-    written: OrderedSet[str] = OrderedSet()
-    for name, definition in _DEFINITIONS.items():
-        if name in used and definition not in written:
-            code.splice(definition)
-            written.add(definition)
+    """The definitions of the helpers the kernels of ``args`` call, if any."""
+    written: set[str] = set()
+    for helper in sorted(_used_by(args).values(), key=lambda h: h.order):
+        if helper.definition not in written:
+            code.splice(helper.definition)
+            written.add(helper.definition)

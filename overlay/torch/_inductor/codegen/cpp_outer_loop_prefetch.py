@@ -87,9 +87,9 @@ inline void prefetch_ahead(const void* ptr, std::ptrdiff_t bytes) {
 #endif
 }
 #endif"""
-# The helper the kernels call (written before the kernel function,
-# cpp_kernel_helpers.py).
-PREFETCH = helpers.define("prefetch_ahead", _PREFETCH_DEFINITION)
+# The helper the kernels call (written before the kernel function, after
+# the streaming stores' helpers: cpp_kernel_helpers.py).
+PREFETCH = helpers.Helper("prefetch_ahead", _PREFETCH_DEFINITION, 2)
 # LoopBody ops whose cost per element dwarfs a load's: a pass that computes
 # one of them is bound by its math, not by memory.
 TRANSCENDENTAL_OPS = frozenset(
@@ -117,7 +117,7 @@ class _Load:
 
     def prefetch(self, ahead: int | str) -> str:
         address = f"{self.pointer} + {cexpr_index(self.index)}"
-        return f"{PREFETCH}({address}, {ahead});"
+        return f"{PREFETCH.name}({address}, {ahead});"
 
 
 @dataclasses.dataclass(eq=False)

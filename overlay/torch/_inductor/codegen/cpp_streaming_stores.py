@@ -60,7 +60,7 @@ from .common import DeferredLine, is_buffer_removed
 from .cpp_utils import cexpr_index
 from .cpp_invariant_loads import memory_of_buffer
 
-_FENCE = f"{helpers.STREAM_FENCE}();"
+_FENCE = f"{helpers.STREAM_FENCE.name}();"
 
 
 @dataclasses.dataclass(eq=False)
@@ -129,7 +129,7 @@ def store_line(kernel, name: str, var: str, index: sympy.Expr, value, dtype):
     store = _Store(
         name,
         store=f"{value}.store({address});",
-        stream=f"{helpers.STREAM_STORE}({address}, {value});",
+        stream=f"{helpers.STREAM_STORE.name}({address}, {value});",
     )
     return lambda line: StreamStoreLine(name, line, store)
 
