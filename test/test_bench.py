@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tools import bench
+from compile_utils import vector_lanes
 
 
 @pytest.fixture
@@ -24,7 +25,8 @@ def test_stock_and_patched_stay_compiled_while_timed(layernorm):
     fn, args = layernorm
     stock, stock_nests, _ = bench._compile(fn, args, overlay=False)
     patched, patched_nests, _ = bench._compile(fn, args, overlay=True)
-    assert (stock_nests, patched_nests) == (4, 1)
+    # without vectors no tiling keeps stock's LayerNorm apart: one nest too
+    assert (stock_nests, patched_nests) == ((4, 1) if vector_lanes() else (1, 1))
     variants = {"stock": stock, "patched": patched}
     times = bench._time_interleaved(variants, [args], reps=2)
     assert [len(t) for t in times.values()] == [2, 2]

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from tools import bench_models as bm
+from compile_utils import vector_lanes
 
 
 class Tiny(torch.nn.Module):
@@ -124,7 +125,9 @@ def test_model_rows_compile_both_variants_and_count_their_nests(monkeypatch):
     (row,) = bm.run_models(options(), threads=[1])
     assert "error" not in row
     assert row["workload"] == "a" and row["note"].endswith("tiny a")  # b: capture only
-    assert (row["stock_nests"], row["patched_nests"]) == (4, 1)  # LayerNorm fused
+    # LayerNorm fused; without vectors no tiling keeps stock's apart either
+    fused = (4, 1) if vector_lanes() else (1, 1)
+    assert (row["stock_nests"], row["patched_nests"]) == fused
     for key in ("stock_over_eager", "patched_over_eager", "patched_over_stock"):
         assert row[key] > 0
 

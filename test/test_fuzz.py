@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from compile_utils import requires_vectors
+from compile_utils import requires_vectors, vector_lanes
 from conftest import REPO_ROOT
 from hypothesis import HealthCheck, given, settings
 
@@ -385,9 +385,13 @@ def test_fuzz_ci_profile(tmp_path, monkeypatch):
     stats = summary.stats()
     assert stats["checked"] >= 20, report
     assert stats["programs_with"].get("code_differs", 0) > 0, report
-    unreached = [f for f, n in stats["reach"].items() if not n]
-    assert not unreached, f"features not reached: {unreached}\n{report}"
     assert set(stats["reach"]) == set(reach.FEATURES), report
+    if vector_lanes():
+        # without a vector ISA most features have nothing to act on (no
+        # vector tiling to re-tile, no vector stores to stream or loads to
+        # prefetch): the campaign then checks values, not reach
+        unreached = [f for f, n in stats["reach"].items() if not n]
+        assert not unreached, f"features not reached: {unreached}\n{report}"
 
 
 # --- reach counts -------------------------------------------------------------
@@ -705,7 +709,9 @@ def test_last_nights_database_is_read_from_a_github_artifact_and_never_written()
     inner = shared._wrapped
     assert isinstance(inner, GitHubArtifactDatabase)
     assert (inner.owner, inner.repo, inner.artifact_name) == (
-        "octo", "overlay", "fuzz-db"
+        "octo",
+        "overlay",
+        "fuzz-db",
     )
     shared.save(b"key", b"value")  # read only: a no-op, no network
     with pytest.raises(ValueError, match="OWNER/REPO"):
@@ -732,8 +738,13 @@ def test_the_nightly_workflow_runs_every_shard_and_merges_them():
     matrix = re.search(r"shard: \[([\d, ]+)\]", text).group(1)
     assert [int(s) for s in matrix.split(",")] == list(range(1, shards + 1))
     fuzz = re.search(r"make fuzz (.*?)\n\s+env:", text, re.S).group(1)
-    values = {"github.run_number": "41", "matrix.shard": "3", "env.SHARDS": "8",
-              "inputs.seconds || '3600'": "3600", "github.repository": "o/r"}
+    values = {
+        "github.run_number": "41",
+        "matrix.shard": "3",
+        "env.SHARDS": "8",
+        "inputs.seconds || '3600'": "3600",
+        "github.repository": "o/r",
+    }
     fuzz = re.sub(r"\$\{\{ (.*?) \}\}", lambda m: values[m.group(1)], fuzz)
     dry = subprocess.run(
         ["make", "-n", "fuzz", *shlex.split(fuzz)], cwd=REPO_ROOT,

@@ -13,7 +13,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from compile_utils import LOOP_ORDERING_OFF, compile_shipped_and_inspect
+from compile_utils import (
+    LOOP_ORDERING_OFF,
+    compile_shipped_and_inspect,
+    vector_lanes,
+)
 from torch.testing import FileCheck
 
 from torch._inductor.cpp_fusion_costs import BLOCK_BYTES_IN_CACHE
@@ -151,7 +155,9 @@ def test_fuzzed_program_keeps_stock_nest_count():
     )
     patched = compile_and_inspect(program, args)
     assert stock.nests == without_loop_ordering.nests == [4]
-    assert patched.nests == [3]  # loops open until fusion: one more pair fuses
+    # loops open until fusion: one more pair fuses; without vectors no
+    # tiling keeps another pair apart
+    assert patched.nests == ([3] if vector_lanes() else [2])
 
 
 def test_block_too_large_for_the_cache_keeps_stock_loops():

@@ -147,6 +147,7 @@ def commit_notes(edits: Sequence[TestEdit], applied: bool) -> list[str]:
                 72,
                 subsequent_indent="  ",
                 break_on_hyphens=False,
+                break_long_words=False,
             )
     return lines
 
