@@ -123,6 +123,7 @@ def store_line(kernel, name: str, var: str, index: sympy.Expr, value, dtype):
         or kernel.tail_size is not None
         or free_symbol_is_type(index, SymT.TMP)  # indirect: stored lane by lane
         or stride_at_vec_range(index, tiling_var, kernel.tiling_factor) != 1
+        or not whole_vectors_alike(kernel, index, tiling_var)
     ):
         return plain
     address = f"{var} + {cexpr_index(index)}"
@@ -132,6 +133,31 @@ def store_line(kernel, name: str, var: str, index: sympy.Expr, value, dtype):
         stream=f"{helpers.STREAM_STORE.name}({address}, {value});",
     )
     return lambda line: StreamStoreLine(name, line, store)
+
+
+def whole_vectors_alike(kernel, index: sympy.Expr, tiling_var) -> bool:
+    """Whether the store writes every vector of its buffer's rows in full and
+    at one alignment: the tiled loop has no tail, and every other loop (and
+    the constant offset) moves the address by whole vectors.
+
+    Otherwise a tail kernel stores each row's end with plain stores, or the
+    rows' starts shift against the vector width so that the helper's
+    alignment check streams some rows and not others: streamed and plain
+    stores then share cache lines, which costs more than streaming saves
+    (docs/design-measurements.md#0013)."""
+    sizevars = V.graph.sizevars
+    factor = kernel.tiling_factor
+    if not sizevars.statically_known_multiple_of(
+        kernel.ranges[kernel.tiling_idx], factor
+    ):
+        return False
+    others = [v for v in kernel.itervars if v != tiling_var and v in index.free_symbols]
+    offset = index.subs(dict.fromkeys([tiling_var, *others], 0))
+    steps = [sympy.expand(index.subs(v, v + 1) - index) for v in others]
+    return all(
+        step.is_Integer and sizevars.statically_known_multiple_of(step, factor)
+        for step in [offset, *steps]
+    )
 
 
 def reduction_store_line(kernel, name, var, index, value, dtype):
