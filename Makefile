@@ -135,12 +135,14 @@ BENCH_ARGS ?=
 bench: install
 	$(VENV_PY) -m pip install --quiet matplotlib
 	$(VENV_PY) -m tools.bench $(BENCH_ARGS)
+	$(VENV_PY) -m tools.results_pages --publish bench
 
 # make bench-shapes: normalizations over many shapes, stock vs patched
 # (default allocator run skipped: the shapes stay under 32 MiB).
 bench-shapes: install
 	$(VENV_PY) -m pip install --quiet matplotlib
 	$(VENV_PY) -m tools.bench --suite shapes --no-default-malloc $(BENCH_ARGS)
+	$(VENV_PY) -m tools.results_pages --publish shapes
 
 # make bench-compile-time: tools/compile_time.py (CPU seconds of compiling,
 # one process per variant and round).  COMPILE_TIME_ARGS e.g. --suite all --rounds 5
@@ -177,6 +179,8 @@ bench-models: install
 	  && $(VENV_PY) -m pip install --quiet -c $$pin transformers diffusers matplotlib; \
 	  status=$$?; rm -f $$pin; exit $$status; }
 	$(VENV_PY) -m tools.bench_models $(BENCH_MODELS_ARGS)
+	@case " $(BENCH_MODELS_ARGS) " in *" --quick "*) ;; \
+	  *) $(VENV_PY) -m tools.results_pages --publish models ;; esac
 
 # make fuzz: tools/fuzz (docs/fuzzing.md).  Empty values take the profile's
 # defaults (dev: 300 s; a random seed, printed).  Failures -> test/regressions/.

@@ -214,6 +214,18 @@ def test_exported_tests_run_against_the_helper(export, tmp_path):
     assert proc.stdout.strip() == "2"
 
 
+def test_without_upstream_files_the_commits_only_name_their_edits(export):
+    # the export fixture has no upstream test files (test_upstream_test_edits.py
+    # exports with them)
+    edited = {f for c in export.commits for e in c.upstream_edits for f in e.files}
+    assert edited  # the series edits upstream tests
+    for commit, patch in zip(export.commits, export.patches, strict=True):
+        assert not edited & set(files_of(patch))
+        if commit.upstream_edits:
+            assert "not in this export" in patch.read_text()
+    assert any("not in this export" in c for c in export.checks)
+
+
 def test_pr_description(export):
     text = (export.out_dir / pr.PR_DESCRIPTION).read_text()
     for commit in export.commits:

@@ -132,23 +132,6 @@ def test_each_edit_lands_in_its_features_commit(export_with_edits):
 
 
 @needs_stock
-def test_without_upstream_files_the_commits_only_name_their_edits(tmp_path):
-    export = pr.export_series(
-        tmp_path / "patches",
-        identity=IDENTITY,
-        date=DATE,
-        bench_path=tmp_path / "no-bench.json",
-        upstream_test_summary=tmp_path / "none.md",
-    )
-    upstream_files = {f for e in EDITS for f in e.files}
-    for commit, patch in zip(export.commits, export.patches, strict=True):
-        assert not upstream_files & set(diff_files(patch))
-        if commit.upstream_edits:
-            assert "not in this export" in patch.read_text()
-    assert any("not in this export" in c for c in export.checks)
-
-
-@needs_stock
 def test_an_edit_that_does_not_apply_stops_the_export(tmp_path):
     root = stand_in_tests(tmp_path / "upstream")
     target = root / EDITS[0].files[0]

@@ -571,7 +571,10 @@ def _run_suite(opts) -> dict:
                 f"nests {row['stock_nests']}->{row['patched_nests']}",
                 flush=True,
             )
-    return {"torch": torch.__version__, "copy_gbs": copy_gbs, "rows": rows}
+    from torch._inductor import cpu_vec_isa
+
+    isa = str(cpu_vec_isa.pick_vec_isa() or "no vectors")
+    return {"torch": torch.__version__, "copy_gbs": copy_gbs, "rows": rows, "isa": isa}
 
 
 def _run_child(opts, malloc: str, out: Path) -> dict:
@@ -601,6 +604,26 @@ def _run_child(opts, malloc: str, out: Path) -> dict:
     ]
     subprocess.run(args, env=env, check=True)
     return json.loads(out.read_text())
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run_record(argv: list[str], isa: str) -> dict:
+    """Command, machine and date of a benchmark run (tools/results_pages.py)."""
+    return {
+        "command": " ".join(["python -m tools.bench", *argv]).strip(),
+        "machine": f"{cpu_model()}, {platform.machine()}, {isa}, "
+        f"{os.cpu_count()} cores",
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+    }
 
 
 def _merge_default_malloc(rows: list[dict], default_rows: list[dict]) -> None:
@@ -664,9 +687,16 @@ def main(argv=None) -> int:
     opts.out.mkdir(parents=True, exist_ok=True)
     stem = SUITES[opts.suite][0]
     (opts.out / f"{stem}.md").write_text(table + "\n")
+    run = run_record(sys.argv[1:] if argv is None else argv, tuned.get("isa", "?"))
     (opts.out / f"{stem}.json").write_text(
         json.dumps(
-            {"header": header, "copy_gbs": tuned["copy_gbs"], "rows": rows}, indent=2
+            {
+                "header": header,
+                "copy_gbs": tuned["copy_gbs"],
+                "rows": rows,
+                "run": run,
+            },
+            indent=2,
         )
     )
     if _chart(rows, opts.out / f"{stem}.png"):

@@ -942,8 +942,11 @@ def _child(opts) -> None:
     warnings.filterwarnings("ignore", message=".*force_disable_caches")
     threads = sorted({int(t) for t in opts.threads.split(",")})
     opts.copy_gbs = bench._copy_bandwidth(5)
+    from torch._inductor import cpu_vec_isa
+
     result = {
         "torch": torch.__version__,
+        "isa": str(cpu_vec_isa.pick_vec_isa() or "no vectors"),
         "copy_gbs": opts.copy_gbs,
         "ops": [],
         "models": [],
@@ -984,6 +987,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         result = _run_child(opts, Path(tmp) / "result.json")
     result["header"] = _header(opts, result)
+    result["run"] = bench.run_record(
+        sys.argv[1:] if argv is None else argv, result.get("isa", "?")
+    )
+    result["run"]["command"] = result["run"]["command"].replace(
+        "tools.bench", "tools.bench_models", 1
+    )
     text = markdown(result)
     print(text)
     stem = RESULTS_STEM + ("_quick" if opts.quick else "")
