@@ -37,7 +37,9 @@ PAGES = {
     "models": ("make bench-models", "random-init models and their operators"),
 }
 # The README's table: one row per workload of the main suite.
-README_COLUMNS = "| workload | nests stock → patched | patched/stock, 1 thread | 2 threads |"
+README_COLUMNS = (
+    "| workload | nests stock → patched | patched/stock, 1 thread | 2 threads |"
+)
 
 
 class ResultsError(Exception):
@@ -108,7 +110,9 @@ def readme_table(data: dict) -> str:
 def with_readme_table(readme: str, table: str) -> str:
     begin, end = readme.find(README_BEGIN), readme.find(README_END)
     if begin < 0 or end < begin:
-        raise ResultsError(f"README.md lacks the markers {README_BEGIN!r} ... {README_END!r}")
+        raise ResultsError(
+            f"README.md lacks the markers {README_BEGIN!r} ... {README_END!r}"
+        )
     return readme[: begin + len(README_BEGIN)] + "\n" + table + "\n" + readme[end:]
 
 
