@@ -616,10 +616,10 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def run_record(argv: list[str], isa: str) -> dict:
+def run_record(argv: list[str], isa: str, module: str = "tools.bench") -> dict:
     """Command, machine and date of a benchmark run (tools/results_pages.py)."""
     return {
-        "command": " ".join(["python -m tools.bench", *argv]).strip(),
+        "command": " ".join([f"python -m {module}", *argv]).strip(),
         "machine": f"{cpu_model()}, {platform.machine()}, {isa}, "
         f"{os.cpu_count()} cores",
         "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),

@@ -988,10 +988,9 @@ def main(argv=None) -> int:
         result = _run_child(opts, Path(tmp) / "result.json")
     result["header"] = _header(opts, result)
     result["run"] = bench.run_record(
-        sys.argv[1:] if argv is None else argv, result.get("isa", "?")
-    )
-    result["run"]["command"] = result["run"]["command"].replace(
-        "tools.bench", "tools.bench_models", 1
+        sys.argv[1:] if argv is None else argv,
+        result.get("isa", "?"),
+        module="tools.bench_models",
     )
     text = markdown(result)
     print(text)
