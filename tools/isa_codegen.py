@@ -216,7 +216,8 @@ def generate(
     native = host_runs(isa)
     out.mkdir(parents=True, exist_ok=True)
     makers: dict[str, Callable[[], _Program]] = {
-        name: functools.partial(corpus_program, name) for name in only or PROGRAMS
+        name: functools.partial(corpus_program, name)
+        for name in (PROGRAMS if only is None else only)
     }
     if fuzz_sample:
         makers.update(fuzz_programs(fuzz_sample, fuzz_seed))
