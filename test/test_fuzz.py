@@ -606,48 +606,58 @@ def test_fuzzer_catches_a_broken_split(tmp_path):
     assert without.returncode == 0, without.stdout + without.stderr
 
 
-@requires_vectors  # the rotation, and so the pragma, needs vector kernels
-def test_the_parallel_sums_seed_kills_the_unrolled_collapsed_loop(tmp_path):
-    """The seed whose sums run parallel reduction loops (one collapsed over
-    two loops) passes with the installed overlay and fails to compile with
-    0017's pragma between the collapsed loops, checked directly
-    (``python -m tools.fuzz.mutants --seeds``)."""
-    seed = next(i for i, case in enumerate(CORPUS) if "x0[:, :3000]" in case.source)
-    mutant = next(
-        m for m in mutants.MUTANTS if m.ident == "0017-collapsed-loop-unrolled"
-    )
-    quiet = dict(log=lambda line: None)
-    assert mutants.check_seeds(None, [seed], tmp_path, **quiet) == {seed: "ok"}
-    assert mutants.check_seeds(mutant, [seed], tmp_path, **quiet) == {seed: "ours"}
+# (mutant, a text of the seed program added to kill it)
+FEATURE_SEEDS = [
+    # parallel reduction loops, one collapsed over two: 0017's pragma
+    # between the collapsed loops fails to compile; the rotation, and so the
+    # pragma, needs vector kernels
+    pytest.param(
+        "0017-collapsed-loop-unrolled", "x0[:, :3000]", marks=requires_vectors
+    ),
+    # the prefetch needs vector loads
+    pytest.param("0014-index-of-another-loop", "x0[:, :, :32]", marks=requires_vectors),
+    ("0015-reduction-first-any-pointwise", "x0.flatten() * 2"),
+    ("0005-prefix-at-least", "torch.softmax(x0.transpose(0, 1), dim=-1)"),
+    ("0015-members-merged-apart", "v3 = v2.flatten() + 1"),
+    ("0003-inexact-split", "v3 = v1.reshape(6, 4) * x1"),
+    ("0003-members-not-aligned", "v3 = v2[:, 1:] * 2"),
+    ("0020-first-member-merged", "F.conv2d(v3, w7)"),
+    # the same seed kills 0021's other two mutants (make fuzz-mutants)
+    ("0021-max-not-subtracted", "torch.softmax(x0 * 48.0, dim=1)"),
+    # and 0022's seed its other two
+    ("0022-spread-of-channel-means-dropped", "x0 + w1 * 4.0"),
+    # the transpose's 2-D tile needs vector kernels
+    pytest.param(
+        "0018-one-level-unchecked",
+        "x0.permute(0, 3, 2, 1) * 2",
+        marks=requires_vectors,
+    ),
+]
 
 
-@pytest.mark.parametrize(
-    "ident, marker",
-    [
-        # the prefetch needs vector loads
-        pytest.param(
-            "0014-index-of-another-loop", "x0[:, :, :32]", marks=requires_vectors
-        ),
-        ("0015-reduction-first-any-pointwise", "x0.flatten() * 2"),
-        ("0005-prefix-at-least", "torch.softmax(x0.transpose(0, 1), dim=-1)"),
-        ("0015-members-merged-apart", "v3 = v2.flatten() + 1"),
-        ("0003-inexact-split", "v3 = v1.reshape(6, 4) * x1"),
-        ("0003-members-not-aligned", "v3 = v2[:, 1:] * 2"),
-        ("0020-first-member-merged", "F.conv2d(v3, w7)"),
-        # the same seed kills 0021's other two mutants (make fuzz-mutants)
-        ("0021-max-not-subtracted", "torch.softmax(x0 * 48.0, dim=1)"),
-        # and 0022's seed its other two
-        ("0022-spread-of-channel-means-dropped", "x0 + w1 * 4.0"),
-        # the transpose's 2-D tile needs vector kernels
-        pytest.param(
-            "0018-one-level-unchecked",
-            "x0.permute(0, 3, 2, 1) * 2",
-            marks=requires_vectors,
-        ),
-    ],
-)
-def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
-    """The seeds added for 0014's loop guard (a first pass over two loops, a
+def _seed_of(marker: str) -> int:
+    return next(i for i, case in enumerate(CORPUS) if marker in case.source)
+
+
+@pytest.fixture(scope="module")
+def seeds_pass_without_mutants(tmp_path_factory) -> dict[int, str]:
+    """The feature seeds checked against the installed overlay, in one
+    process: each must pass there for its mutant's failure to count."""
+    markers = [p.values[1] if hasattr(p, "values") else p[1] for p in FEATURE_SEEDS]
+    seeds = [_seed_of(marker) for marker in markers]
+    out = tmp_path_factory.mktemp("control")
+    return mutants.check_seeds(None, seeds, out, log=lambda line: None,
+                               one_process=True)  # fmt: skip
+
+
+# one pytest-xdist worker checks the control once (make test: --dist loadgroup)
+@pytest.mark.xdist_group("feature_seeds")
+@pytest.mark.parametrize("ident, marker", FEATURE_SEEDS)
+def test_a_feature_seed_kills_its_mutant(
+    seeds_pass_without_mutants, tmp_path, ident, marker
+):
+    """The seeds added for 0017's unrolled rotation (parallel sums, one
+    loop collapsed over two), 0014's loop guard (a first pass over two loops, a
     last pass over one), 0015's reduction-first rule (a row sum beside a
     flattened pointwise node), 0005's merge of fused loops over symbolic sizes (a
     softmax over transposed rows), 0015's merge of a fused node whose
@@ -660,10 +670,10 @@ def test_a_feature_seed_kills_its_mutant(tmp_path, ident, marker):
     and 0022's GroupNorm (channels-last bfloat16 maps whose channel means
     differ) pass with the installed overlay and fail against the mutant that breaks
     the feature, checked directly."""
-    seed = next(i for i, case in enumerate(CORPUS) if marker in case.source)
+    seed = _seed_of(marker)
     mutant = next(m for m in mutants.MUTANTS if m.ident == ident)
+    assert seeds_pass_without_mutants[seed] == "ok"
     quiet = dict(log=lambda line: None)
-    assert mutants.check_seeds(None, [seed], tmp_path, **quiet) == {seed: "ok"}
     assert mutants.check_seeds(mutant, [seed], tmp_path, **quiet) == {seed: "ours"}
 
 

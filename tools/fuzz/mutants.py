@@ -1148,11 +1148,17 @@ def run_one(
 
 
 def check_seeds(
-    mutant: Mutant | None, seeds: list[int], out: Path, log=print
+    mutant: Mutant | None,
+    seeds: list[int],
+    out: Path,
+    log=print,
+    one_process: bool = False,
 ) -> dict[int, str]:
     """Check seed programs (indices into ``corpus.CORPUS``) directly against
     ``mutant`` (None: the installed overlay), each in its own process so
-    that a crash in generated code is that seed's outcome: "ours" kills."""
+    that a crash in generated code is that seed's outcome: "ours" kills.
+    ``one_process``: all seeds in one process (a crash is then every
+    unchecked seed's outcome), for a control that must pass anyway."""
     work = out / "seeds" / (mutant.ident if mutant else "control")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -1161,13 +1167,15 @@ def check_seeds(
         if mutant
         else {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     )
-    statuses = {}
-    for seed in seeds:
+    statuses: dict[int, str] = {}
+    for group in [seeds] if one_process else [[seed] for seed in seeds]:
         code = (
             "from tools.fuzz.check import check_case\n"
             "from tools.fuzz.corpus import CORPUS\n"
-            f"result = check_case(CORPUS[{seed}])\n"
-            "print('SEED', result.status, result.kind, result.message[:200])\n"
+            f"for seed in {group!r}:\n"
+            "    result = check_case(CORPUS[seed])\n"
+            "    print('SEED', seed, result.status, result.kind,\n"
+            "          result.message[:200], flush=True)\n"
         )
         proc = subprocess.run(
             [sys.executable, "-c", code],
@@ -1177,12 +1185,15 @@ def check_seeds(
             text=True,
             check=False,
         )
-        line = next(
-            (x for x in proc.stdout.splitlines() if x.startswith("SEED ")),
-            f"SEED ours worker died ({proc.returncode})",
-        )
-        statuses[seed] = line.split()[1]
-        log(f"mutants: {work.name} seed {seed}: {line[5:]}")
+        lines = {
+            int(x.split()[1]): x
+            for x in proc.stdout.splitlines()
+            if x.startswith("SEED ")
+        }
+        for seed in group:
+            line = lines.get(seed, f"SEED {seed} ours worker died ({proc.returncode})")
+            statuses[seed] = line.split()[2]
+            log(f"mutants: {work.name} {line[5:]}")
     return statuses
 
 
@@ -1459,7 +1470,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         out = Path(args.out or DEFAULT_OUT)
         chosen = [m for m in MUTANTS if m.ident in args.only.split(",")]
-        control = check_seeds(None, seeds, out)
+        control = check_seeds(None, seeds, out, one_process=True)
         killed = {
             m.ident: [i for i, s in check_seeds(m, seeds, out).items() if s == "ours"]
             for m in chosen
