@@ -14,7 +14,9 @@ STOCK_PY := $(STOCK_VENV)/bin/python
 # What `make test` runs: all of test/ (the tool's, flags-off == stock, and the
 # feature tests). Narrow it with e.g. TESTS=test/test_overlay_tool.py.
 TESTS ?= test/
-# pytest-xdist workers (one per core) and the 30 slowest tests in the log.
+# pytest-xdist workers (one per core; a module whose tests share an expensive
+# fixture names one xdist_group, so one worker builds it) and the 30 slowest
+# tests in the log.
 PYTEST_WORKERS ?= $(shell nproc)
 PYTEST_ARGS ?=
 # make build: the PyTorch v2.13.0 checkout, the jobs, and the python whose env
@@ -25,13 +27,14 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
+.PHONY: help install stock-venv cross-compiler test test-slow test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
 	@echo "make stock-venv  .venv-stock: pristine torch $(TORCH_VERSION) (reference)"
 	@echo "make test        install + stock-venv + lint + cross-compiler, then pytest $(TESTS)"
-	@echo "make test-all    make test, then make pr (step check), fuzz-mutants, a 5-minute fuzz run"
+	@echo "make test-all    make test, then test-slow (the tests marked slow), make pr (step"
+	@echo "                 check), fuzz-mutants, a 5-minute fuzz run"
 	@echo "make cross-compiler  Debian's aarch64, ppc64le and s390x g++ (apt-get, as root) for"
 	@echo "                 test/test_cross_isa_compile.py"
 	@echo "make lint        ruff (tools/ test/ overlay/), mypy (tools/, overlay modules)"
@@ -117,8 +120,13 @@ cross-compiler:
 	  echo "error: $(CROSS_PACKAGE) installed but no $$cxx on PATH" >&2; exit 2; }; done
 
 test: install stock-venv lint cross-compiler
-	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --durations=30 \
-	  $(PYTEST_ARGS) $(TESTS)
+	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 \
+	  -m "not slow" $(PYTEST_ARGS) $(TESTS)
+
+# The tests marked slow (round trips through pip and fresh venvs).
+test-slow: install stock-venv
+	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 \
+	  -m slow $(PYTEST_ARGS) $(TESTS)
 
 verify: $(VENV)/.deps-installed
 	$(VENV_PY) -m fusion_overlay.overlay verify
@@ -284,11 +292,12 @@ ONTO ?=
 # serves too): the series' edits of upstream tests land in their commits.
 UPSTREAM_TESTS ?=
 PR_ARGS ?=
-# make test-all: make test, then the slow checks: the series as upstream
-# commits with each commit's tests run at its step (make pr), the mutant
-# table, a 5-minute dev fuzz run.  Upstream's suites need PYTORCH_SRC:
+# make test-all: make test, then the slow checks: the tests marked slow, the
+# series as upstream commits with each commit's tests run at its step
+# (make pr), the mutant table, a 5-minute dev fuzz run.  Upstream's suites need PYTORCH_SRC:
 # make upstream-test (hours; sharded in CI).
 test-all: test
+	$(MAKE) test-slow
 	$(MAKE) pr
 	$(MAKE) fuzz-mutants
 	$(MAKE) fuzz FUZZ_PROFILE=dev FUZZ_SECONDS=300

@@ -22,6 +22,10 @@ from conftest import PATCHED_VENV, REPO_ROOT, STOCK_VENV, venv_python
 from tools.corpus_codegen import PROGRAMS
 from fusion_overlay.flags import NAMES, env_all_off
 
+# one pytest-xdist worker builds the module's dumps once (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("flags_off_dumps")
+
+
 CORPUS_SCRIPT = REPO_ROOT / "tools" / "corpus_codegen.py"
 FLAGS_OFF = env_all_off()
 

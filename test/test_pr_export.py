@@ -23,9 +23,14 @@ from fusion_overlay.patchset import load_overlay_files, load_series
 IDENTITY = ("Test Author", "test@example.com")
 DATE = "2025-01-02T03:04:05+00:00"
 
-pytestmark = pytest.mark.skipif(
-    not pr.default_base_roots(), reason="no torch 2.13.0 venv (run `make stock-venv`)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not pr.default_base_roots(),
+        reason="no torch 2.13.0 venv (run `make stock-venv`)",
+    ),
+    # one pytest-xdist worker builds the module's export once (--dist loadgroup)
+    pytest.mark.xdist_group("pr_export"),
+]
 
 
 def run_git(cwd: Path, *args: str) -> str:

@@ -231,6 +231,7 @@ def official_wheel(tmp_path_factory) -> Path:
     return wheel.find_source(download)
 
 
+@pytest.mark.slow  # a fresh venv and a pip install: make test-all
 def test_official_wheel_installs_with_pip_and_compiles_the_seed_to_one_nest(
     tmp_path, official_wheel
 ):
