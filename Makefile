@@ -14,9 +14,7 @@ STOCK_PY := $(STOCK_VENV)/bin/python
 # What `make test` runs: all of test/ (the tool's, flags-off == stock, and the
 # feature tests). Narrow it with e.g. TESTS=test/test_overlay_tool.py.
 TESTS ?= test/
-# pytest-xdist workers (one per core; a module whose tests share an expensive
-# fixture names one xdist_group, so one worker builds it) and the 30 slowest
-# tests in the log.
+# pytest-xdist workers (one per core) and the 30 slowest tests in the log.
 PYTEST_WORKERS ?= $(shell nproc)
 PYTEST_ARGS ?=
 # make build: the PyTorch v2.13.0 checkout, the jobs, and the python whose env
@@ -120,12 +118,12 @@ cross-compiler:
 	  echo "error: $(CROSS_PACKAGE) installed but no $$cxx on PATH" >&2; exit 2; }; done
 
 test: install stock-venv lint cross-compiler
-	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 \
+	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --durations=30 \
 	  -m "not slow" $(PYTEST_ARGS) $(TESTS)
 
 # The tests marked slow (round trips through pip and fresh venvs).
 test-slow: install stock-venv
-	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 \
+	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --durations=30 \
 	  -m slow $(PYTEST_ARGS) $(TESTS)
 
 verify: $(VENV)/.deps-installed

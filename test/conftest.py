@@ -7,7 +7,11 @@ backups in the patched venv.
 
 from __future__ import annotations
 
+import fcntl
+import json
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -104,3 +108,25 @@ def checkout(tmp_path: Path) -> Path:
     )
     (root / "version.txt").write_text("2.13.0\n")
     return root
+
+
+def once_per_run(tmp_path_factory, name: str, build: Callable[[Path], object]):
+    """``build(workdir)`` (a JSON value) computed once per test run, by
+    whichever pytest-xdist worker asks first; the others wait and read it.
+    A module fixture is otherwise built once by every worker that runs one of
+    the module's tests.  A build that raises leaves nothing, so the next
+    asker builds again."""
+    base = tmp_path_factory.getbasetemp()
+    if base.name.startswith("popen-gw"):  # an xdist worker's: the run's is above
+        base = base.parent
+    done = base / f"{name}.json"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            workdir = base / name
+            shutil.rmtree(workdir, ignore_errors=True)
+            workdir.mkdir()
+            partial = done.with_suffix(".partial")
+            partial.write_text(json.dumps(build(workdir)))
+            partial.rename(done)
+    return json.loads(done.read_text())

@@ -17,14 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PATCHED_VENV, REPO_ROOT, STOCK_VENV, venv_python
+from conftest import PATCHED_VENV, REPO_ROOT, STOCK_VENV, once_per_run, venv_python
 
 from tools.corpus_codegen import PROGRAMS
 from fusion_overlay.flags import NAMES, env_all_off
-
-# one pytest-xdist worker builds the module's dumps once (make test: --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("flags_off_dumps")
-
 
 CORPUS_SCRIPT = REPO_ROOT / "tools" / "corpus_codegen.py"
 FLAGS_OFF = env_all_off()
@@ -54,12 +50,15 @@ def dumps(tmp_path_factory) -> dict[str, dict]:
     if stock_python is None:
         pytest.skip(f"{STOCK_VENV} is missing: run `make stock-venv` (make test does)")
     patched_python = venv_python(PATCHED_VENV) or Path(sys.executable)
-    tmp = tmp_path_factory.mktemp("corpus")
-    # One after the other: the machine's two cores are shared.
-    return {
-        "stock": dump_corpus(stock_python, tmp / "stock"),
-        "patched": dump_corpus(patched_python, tmp / "patched"),
-    }
+
+    def build(tmp: Path) -> dict[str, dict]:
+        # One after the other: the machine's two cores are shared.
+        return {
+            "stock": dump_corpus(stock_python, tmp / "stock"),
+            "patched": dump_corpus(patched_python, tmp / "patched"),
+        }
+
+    return once_per_run(tmp_path_factory, "flags_off_corpus", build)
 
 
 def test_runs_are_what_they_claim(dumps):

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 from compile_utils import requires_vectors, vector_lanes
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, once_per_run
 from hypothesis import HealthCheck, given, settings
 
 from tools.fuzz import check, mutants, reach
@@ -645,13 +645,16 @@ def seeds_pass_without_mutants(tmp_path_factory) -> dict[int, str]:
     process: each must pass there for its mutant's failure to count."""
     markers = [p.values[1] if hasattr(p, "values") else p[1] for p in FEATURE_SEEDS]
     seeds = [_seed_of(marker) for marker in markers]
-    out = tmp_path_factory.mktemp("control")
-    return mutants.check_seeds(None, seeds, out, log=lambda line: None,
-                               one_process=True)  # fmt: skip
+    statuses = once_per_run(
+        tmp_path_factory,
+        "feature_seed_control",
+        lambda out: mutants.check_seeds(
+            None, seeds, out, log=lambda line: None, one_process=True
+        ),
+    )
+    return {int(seed): status for seed, status in statuses.items()}  # JSON keys
 
 
-# one pytest-xdist worker checks the control once (make test: --dist loadgroup)
-@pytest.mark.xdist_group("feature_seeds")
 @pytest.mark.parametrize("ident, marker", FEATURE_SEEDS)
 def test_a_feature_seed_kills_its_mutant(
     seeds_pass_without_mutants, tmp_path, ident, marker

@@ -23,14 +23,9 @@ from fusion_overlay.patchset import load_overlay_files, load_series
 IDENTITY = ("Test Author", "test@example.com")
 DATE = "2025-01-02T03:04:05+00:00"
 
-pytestmark = [
-    pytest.mark.skipif(
-        not pr.default_base_roots(),
-        reason="no torch 2.13.0 venv (run `make stock-venv`)",
-    ),
-    # one pytest-xdist worker builds the module's export once (--dist loadgroup)
-    pytest.mark.xdist_group("pr_export"),
-]
+pytestmark = pytest.mark.skipif(
+    not pr.default_base_roots(), reason="no torch 2.13.0 venv (run `make stock-venv`)"
+)
 
 
 def run_git(cwd: Path, *args: str) -> str:

@@ -23,10 +23,6 @@ from tools.upstream_test_edits import (
     read_test_files,
 )
 
-# one pytest-xdist worker builds the module's export once (make test: --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("upstream_test_edits")
-
-
 IDENTITY = ("Test Author", "test@example.com")
 DATE = "2025-01-02T03:04:05+00:00"
 EDITS = load_edits()
