@@ -135,6 +135,12 @@ def compile_and_run(
     return _as_tuple(actual), compiled
 
 
+# The thread count the tests' loop structure is written for.  The cost
+# model's thread guards (an outer loop shorter than the threads is not
+# fused) read config.cpp.threads, else torch.get_num_threads(): without a
+# pin the expected nests would depend on the machine's cores.
+TEST_THREADS = 2
+
 # The overlay as shipped: every flag at its default.
 SHIPPED_DEFAULTS = shipped_config()
 LOOP_ORDERING_OFF = {"cpp.loop_ordering_after_fusion": False}
@@ -157,7 +163,10 @@ def compile_and_inspect(
     dynamic: bool = False,
     extra_config: dict | None = None,
 ) -> Compiled:
-    """Compile ``fn`` fresh, check it against eager, return its loop structure."""
+    """Compile ``fn`` fresh, check it against eager, return its loop structure.
+
+    At ``TEST_THREADS`` threads unless ``extra_config`` sets ``cpp.threads``."""
+    extra_config = {"cpp.threads": TEST_THREADS, **(extra_config or {})}
     actual, compiled = compile_and_run(
         fn, args, overlay=overlay, dynamic=dynamic, extra_config=extra_config
     )
