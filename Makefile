@@ -290,10 +290,10 @@ ONTO ?=
 # serves too): the series' edits of upstream tests land in their commits.
 UPSTREAM_TESTS ?=
 PR_ARGS ?=
-# make test-all: make test, then the slow checks: the tests marked slow, the
-# series as upstream commits with each commit's tests run at its step
-# (make pr), the mutant table, a 5-minute dev fuzz run.  Upstream's suites need PYTORCH_SRC:
-# make upstream-test (hours; sharded in CI).
+# make test-all: make test, then the slow checks: the tests marked slow
+# (make test-slow), the series as upstream commits with each commit's tests
+# run at its step (make pr), the mutant table, a 5-minute dev fuzz run.
+# Upstream's suites need PYTORCH_SRC: make upstream-test (hours; sharded in CI).
 test-all: test
 	$(MAKE) test-slow
 	$(MAKE) pr
