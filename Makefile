@@ -25,7 +25,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test test-slow test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
+.PHONY: help install stock-venv cross-compiler test test-slow test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time model-deps bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -153,7 +153,7 @@ bench-shapes: install
 # make bench-compile-time: tools/compile_time.py (CPU seconds of compiling,
 # one process per variant and round).  COMPILE_TIME_ARGS e.g. --suite all --rounds 5
 COMPILE_TIME_ARGS ?=
-bench-compile-time: install
+bench-compile-time: install model-deps
 	$(VENV_PY) -m tools.compile_time $(COMPILE_TIME_ARGS)
 
 # make bench-counts: tools/bench_counts.py (valgrind; deterministic counts
@@ -173,17 +173,21 @@ DIGEST_AGAINST ?=
 codegen-digest: install
 	$(VENV_PY) -m tools.codegen_digest --out $(DIGEST_OUT) $(if $(DIGEST_AGAINST),--against $(DIGEST_AGAINST))
 
+# model-deps: transformers, diffusers and matplotlib in the venv (bench-models,
+# bench-compile-time's models suite).
+model-deps: install
+	@$(VENV_PY) -c 'import transformers, diffusers, matplotlib' 2>/dev/null || { \
+	  pin=$$(mktemp) && $(VENV_PY) -c 'import torch; print("torch==" + torch.__version__)' > $$pin \
+	  && $(VENV_PY) -m pip install --quiet -c $$pin transformers diffusers matplotlib; \
+	  status=$$?; rm -f $$pin; exit $$status; }
+
 # make bench-models: tools/bench_models.py.  transformers and diffusers build
 # random-init models from configs (no weights downloaded); pip may not move
 # torch (the constraint pins the installed build).  timm is not used: it
 # imports torchvision, whose x86 PyPI wheel is CUDA-built and does not load
 # against torch's CPU build.
 BENCH_MODELS_ARGS ?=
-bench-models: install
-	@$(VENV_PY) -c 'import transformers, diffusers, matplotlib' 2>/dev/null || { \
-	  pin=$$(mktemp) && $(VENV_PY) -c 'import torch; print("torch==" + torch.__version__)' > $$pin \
-	  && $(VENV_PY) -m pip install --quiet -c $$pin transformers diffusers matplotlib; \
-	  status=$$?; rm -f $$pin; exit $$status; }
+bench-models: install model-deps
 	$(VENV_PY) -m tools.bench_models $(BENCH_MODELS_ARGS)
 	@case " $(BENCH_MODELS_ARGS) " in *" --quick "*) ;; \
 	  *) $(VENV_PY) -m tools.results_pages --publish models ;; esac

@@ -33,3 +33,21 @@ def test_shipped_variant_is_every_flag_at_its_default():
         is False
     )
     assert not any(compile_time.variant_config("stock").values())
+
+
+def test_fuzz_suite_is_the_seed_programs_under_their_own_config():
+    from tools.fuzz.corpus import CORPUS
+    from tools.fuzz.program import CONFIGS
+
+    programs = list(compile_time.fuzz_seed_programs(quick=False))
+    assert len(programs) == len(CORPUS)
+    for (_, _, args, config), case in zip(programs, CORPUS):
+        assert len(args) == len(case.inputs)
+        assert CONFIGS[case.config].items() <= config.items()
+        assert config.get("cpp.threads", 0) == case.threads
+
+
+def test_a_child_compiles_a_fuzz_seed_program_and_reports_its_cpu_time():
+    per_program = compile_time.child("fuzz", "shipped", quick=False, only={"seed02"})
+    assert list(per_program) == ["seed02"]
+    assert per_program["seed02"]["python_cpu_s"] > 0

@@ -19,7 +19,9 @@ report gives the median and range of each, and the ratios of medians.
 
 Suites: ``mismatch`` is the 13 programs of reductions over a middle dimension
 with broadcasting consumers (test/test_outer_block_fusion.py's
-MISMATCH_PROGRAMS); ``models`` is tools/bench_models.py's timed models.
+MISMATCH_PROGRAMS); ``models`` is tools/bench_models.py's timed models;
+``fuzz`` is the fuzzer's seed programs (tools/fuzz/corpus.py), each under
+its own config.
 """
 
 from __future__ import annotations
@@ -69,7 +71,22 @@ def model_programs(quick: bool):
             yield spec.name, module, tuple(args)
 
 
-SUITES = {"mismatch": mismatch_programs, "models": model_programs}
+def fuzz_seed_programs(quick: bool):
+    """(name, fn, args, config) of the fuzzer's seed programs, each under its
+    own config (seed config, threads), compiled with static sizes."""
+    from tools.fuzz.check import case_config
+    from tools.fuzz.corpus import CORPUS
+
+    for i, case in enumerate(CORPUS):
+        config = case_config(case, overlay=False)
+        yield f"seed{i:02d}", case.build(), tuple(case.make_inputs()), config
+
+
+SUITES = {
+    "mismatch": mismatch_programs,
+    "models": model_programs,
+    "fuzz": fuzz_seed_programs,
+}
 
 
 def _cpu_seconds() -> tuple[float, float]:
@@ -89,14 +106,16 @@ def child(suite: str, variant: str, quick: bool, only: set[str]) -> dict:
     with config.patch(patch), torch.no_grad():
         torch.compile(_fresh(lambda x: x.sin() + 1))(torch.randn(8))
     per_program = {}
-    for name, fn, args in SUITES[suite](quick):
+    for name, fn, args, *program_config in SUITES[suite](quick):
         if only and name not in only:
             continue
         torch._dynamo.reset()
         own0, kids0 = _cpu_seconds()
         wall0 = time.perf_counter()
         target = fn if isinstance(fn, torch.nn.Module) else _fresh(fn)
-        with config.patch(patch), torch.no_grad():
+        # a program's own config (the fuzz seeds') under the variant's flags
+        program_patch = {**(program_config[0] if program_config else {}), **patch}
+        with config.patch(program_patch), torch.no_grad():
             torch.compile(target, fullgraph=True)(*args)
         own1, kids1 = _cpu_seconds()
         per_program[name] = {
