@@ -401,7 +401,7 @@ def _reindexed_deps(scheduler, pointwise, target):
     the node is left as it was.  The scheduler asks again for the same node
     in every fusion round and reorder check, against other partners, and
     each answer rebuilds the node's loop bodies: the answers are kept in
-    the backend (``CppScheduling.reindexed_deps``)."""
+    the backend (``CppScheduling.loop_body_answers``)."""
     from .scheduler import (
         _LoopStateSnapshot,
         FusedSchedulerNode,
@@ -410,8 +410,8 @@ def _reindexed_deps(scheduler, pointwise, target):
 
     snodes = pointwise.get_nodes()
     # The loop bodies are held, so the key compares them by identity.
-    key = (tuple(sn._body for sn in snodes), tuple(target))
-    cache = scheduler.get_backend(pointwise.get_device()).reindexed_deps
+    key = ("reindexed", tuple(sn._body for sn in snodes), tuple(target))
+    cache = scheduler.get_backend(pointwise.get_device()).loop_body_answers
     if key not in cache:
         snapshot = _LoopStateSnapshot.create((pointwise,))
         for sn in snodes:
@@ -712,12 +712,23 @@ def _merged_group(node):
     if snodes is None:
         return None
     device = snodes[0].node.get_device_or_error()
-    group_fn = snodes[0].scheduler.get_backend(device).group_fn
-    groups = [group_fn(sn._body.merge_loops().sizes) for sn in snodes]
+    backend = snodes[0].scheduler.get_backend(device)
+    groups = [_merged_loop_group(backend, sn._body) for sn in snodes]
     group = max(groups, key=lambda g: int(bool(g[1])))
     iteration, reduction = group
     accepted = {group, (tuple(iteration) + tuple(reduction), ()), (iteration, ())}
     return group if all(g in accepted for g in groups) else None
+
+
+def _merged_loop_group(backend, body):
+    """``group_fn`` of ``body.merge_loops()``'s sizes.  Every fusion pair a
+    node is in asks, and merging rebuilds the body: the answer is kept in
+    the backend (``CppScheduling.loop_body_answers``), by the body held."""
+    key = ("merged group", body)
+    answers = backend.loop_body_answers
+    if key not in answers:
+        answers[key] = backend.group_fn(body.merge_loops().sizes)
+    return answers[key]
 
 
 def _merge_for_fusion(node) -> None:

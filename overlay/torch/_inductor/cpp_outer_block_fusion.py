@@ -237,9 +237,17 @@ def body_accesses(node, depth: int, reads: bool) -> dict[str, list[BlockAccess]]
             for entry in entries:
                 index = body.indexing_exprs[entry.index_name]
                 accesses.setdefault(entry.buffer_name, []).append(
-                    BlockAccess(index, var_ranges, depth)
+                    block_access(index, tuple(var_ranges.items()), depth)
                 )
     return accesses
+
+
+@functools.lru_cache(maxsize=8192)
+def block_access(index, var_ranges: tuple, depth: int) -> BlockAccess:
+    """``BlockAccess`` of ``index`` over ``var_ranges`` ((var, size) pairs, in
+    loop order).  Every fusion pair a node is in asks again for the same
+    accesses and expanding them is costly: kept by value (never mutated)."""
+    return BlockAccess(index, dict(var_ranges), depth)
 
 
 def same_block(write: BlockAccess, read: BlockAccess) -> bool:
