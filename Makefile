@@ -96,13 +96,12 @@ $(VENV)/.lint-deps-installed: $(VENV)/.deps-installed
 lint: install $(VENV)/.lint-deps-installed
 	$(VENV_PY) -m tools.lint
 
-# test/test_cross_isa_compile.py compiles the kernels generated for aarch64
-# (NEON, SVE) with Debian's cross compiler.  Installed with apt-get (CI runs
-# as root on a fresh Debian machine); anywhere else, install it by hand.
-# test/test_cross_isa_compile.py's cross compilers: aarch64 (NEON, SVE),
-# POWER (VSX), s390x (ZVECTOR); Debian's packages, installed if missing
-CROSS_CXX := aarch64-linux-gnu-g++ powerpc64le-linux-gnu-g++ s390x-linux-gnu-g++
-CROSS_PACKAGE := g++-aarch64-linux-gnu g++-powerpc64le-linux-gnu g++-s390x-linux-gnu
+# test/test_cross_isa_compile.py's compilers: the cross compilers for aarch64
+# (NEON, SVE), POWER (VSX) and s390x (ZVECTOR), and clang for the helpers'
+# MSVC branches.  Debian's packages, installed with apt-get if missing (CI
+# runs as root on a fresh Debian machine); anywhere else, install them by hand.
+CROSS_CXX := aarch64-linux-gnu-g++ powerpc64le-linux-gnu-g++ s390x-linux-gnu-g++ clang
+CROSS_PACKAGE := g++-aarch64-linux-gnu g++-powerpc64le-linux-gnu g++-s390x-linux-gnu clang
 cross-compiler:
 	@missing=""; for cxx in $(CROSS_CXX); do command -v $$cxx >/dev/null || missing="$$missing $$cxx"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \

@@ -12,7 +12,8 @@ unit) against the wheel's headers, with the macros and arch flags Inductor's
 builder would pass there.  Every helper the overlay's kernels may call
 (streaming store and fence, prefetch) is also compiled on its own for every
 target, so that the branches of its guards that a target's kernels never
-call compile too.  `make test` installs the cross compilers
+call compile too, and the prefetch helper's MSVC branches with clang
+targeting MSVC.  `make test` installs the cross compilers and clang
 (`make cross-compiler`).
 """
 
@@ -348,3 +349,45 @@ def test_every_helper_compiles_on_a_foreign_isa(isa, tmp_path):
     manifest = {"isa": isa, **build_flags(ISAS[isa]())}
     result = cross_syntax_check(source, manifest, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+# The prefetch helper's MSVC branches (_mm_prefetch on x64, __prefetch on
+# ARM64) are taken by no compiler above: GCC and Clang (clang-cl too) take
+# __builtin_prefetch.  clang targeting MSVC with __clang__ and __GNUC__
+# undefined takes them, against clang's MSVC-compatible <intrin.h>.  There
+# is no MSVC C runtime or STL offline: test/msvc_stubs/ declares what
+# <intrin.h> and the helper use from them, and ARM64's __prefetch, which
+# only MSVC's own headers declare.  So the x64 branch is checked against a
+# real declaration of _mm_prefetch; the ARM64 branch for its syntax and the
+# call's arity.
+MSVC_TARGETS = {"x64": "x86_64-pc-windows-msvc", "arm64": "aarch64-pc-windows-msvc"}
+MSVC_PREFETCH = {"x64": "_mm_prefetch(", "arm64": "__prefetch("}
+MSVC_STUBS = Path(__file__).resolve().parent / "msvc_stubs"
+
+
+def msvc_clang(arch: str, source: Path, *flags: str) -> subprocess.CompletedProcess:
+    if shutil.which("clang") is None:
+        pytest.fail("no clang: `make cross-compiler` installs it")
+    cmd = [
+        "clang", f"--target={MSVC_TARGETS[arch]}", "-x", "c++", "-std=c++17",
+        "-U__clang__", "-U__GNUC__", "-Wno-builtin-macro-redefined",
+        "-isystem", str(MSVC_STUBS), "-include", str(MSVC_STUBS / "msvc_prelude.h"),
+        *flags, str(source),
+    ]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize("arch", list(MSVC_TARGETS))
+def test_prefetch_helper_compiles_for_msvc(arch, tmp_path):
+    from torch._inductor.codegen import cpp_outer_loop_prefetch as prefetch
+
+    source = tmp_path / "prefetch.cpp"
+    source.write_text(
+        prefetch.PREFETCH.definition
+        + f"\nvoid use(const float* x) {{ {prefetch.PREFETCH.name}(x, 256); }}\n"
+    )
+    checked = msvc_clang(arch, source, "-fsyntax-only")
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    preprocessed = msvc_clang(arch, source, "-E", "-P").stdout
+    helper = preprocessed[preprocessed.index("inline void prefetch_ahead") :]
+    assert MSVC_PREFETCH[arch] in helper and "__builtin_prefetch" not in helper
