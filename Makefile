@@ -25,7 +25,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test test-slow test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time model-deps bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
+.PHONY: help install stock-venv cross-compiler test test-setup test-slow test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time model-deps bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -117,9 +117,14 @@ cross-compiler:
 	for cxx in $(CROSS_CXX); do command -v $$cxx >/dev/null || { \
 	  echo "error: $(CROSS_PACKAGE) installed but no $$cxx on PATH" >&2; exit 2; }; done
 
-test: install stock-venv lint cross-compiler
+# The setup steps are independent but for lint's need of .venv: the two
+# venvs, lint and the compilers are made side by side.
+test: test-setup
 	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --durations=30 \
 	  -m "not slow" $(PYTEST_ARGS) $(TESTS)
+
+test-setup:
+	$(MAKE) --no-print-directory -j2 --output-sync=target install stock-venv lint cross-compiler
 
 # The tests marked slow (round trips through pip and fresh venvs).
 test-slow: install stock-venv

@@ -573,6 +573,9 @@ def _run(cmd: list[str], env: dict, timeout: int) -> subprocess.CompletedProcess
     )
 
 
+# The whole path, CLI to standalone repro, at about a minute: make test-all.
+# Catching each feature's mutant is make test's (test_a_feature_seed_kills_its_mutant).
+@pytest.mark.slow
 def test_fuzzer_catches_a_broken_split(tmp_path):
     env = _mutant_env(tmp_path)
     repros = tmp_path / "repros"
