@@ -119,8 +119,10 @@ cross-compiler:
 
 # The setup steps are independent but for lint's need of .venv: the two
 # venvs, lint and the compilers are made side by side.
+# worksteal: a worker that runs out takes queued tests from the other, so a
+# long test late in one queue does not leave the other core idle.
 test: test-setup
-	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --durations=30 \
+	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal --durations=30 \
 	  -m "not slow" $(PYTEST_ARGS) $(TESTS)
 
 test-setup:
