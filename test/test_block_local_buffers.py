@@ -1,9 +1,10 @@
 """Per-iteration local buffers in outer-loop fusions across loop orders.
 
-Softmax over channels fuses over the batch loop (cpp_outer_block_fusion.py);
-its exp is written and re-read within one batch iteration.
-cpp_block_local_buffers.py gives such an intermediate a local buffer of one
-block instead of a tensor-sized global one.  The tests check agreement with
+Softmax over channels fuses over the batch loop
+(cpp_fusion/scheduling/block_fusion.py); its exp is written and re-read within
+one batch iteration.  cpp_fusion/outer_loop/block_local_buffers.py gives such
+an intermediate a local buffer of one block instead of a tensor-sized global
+one.  The tests check agreement with
 eager, the local buffer in the kernel, the allocations the wrapper no longer
 makes, and that a buffer read outside the fusion stays global.
 """

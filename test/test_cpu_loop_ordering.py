@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import FileCheck
 
-import torch._inductor.cpp_loop_ordering as cpp_loop_ordering
+import torch._inductor.codegen.cpp_fusion.scheduling.loop_ordering as cpp_loop_ordering
 from torch._inductor import metrics
 from torch._inductor.scheduler import Scheduler, SchedulerNode
 from torch._inductor.test_operators import realize

@@ -127,9 +127,9 @@ def require_cross_compiler(isa: str) -> None:
 
 STREAMING = ("stream_store_f32(", "stream_fence()")
 # Spellings of one compiler or ISA in the overlay's kernel helpers
-# (cpp_kernel_helpers.py), and the preprocessor branch each must sit in, so
-# that MSVC (Inductor's Windows compiler) or a build for another ISA never
-# compiles one: kernels call the helpers, never these.
+# (cpp_fusion/emitters/kernel_helpers.py), and the preprocessor branch each
+# must sit in, so that MSVC (Inductor's Windows compiler) or a build for
+# another ISA never compiles one: kernels call the helpers, never these.
 GUARDED = {
     "__builtin_prefetch": "defined(__GNUC__) || defined(__clang__)",
     "_mm_prefetch": "defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))",
@@ -314,8 +314,8 @@ def test_foreign_isa_kernels_compile(isa, tmp_path):
 def helpers_translation_unit() -> str:
     """Every kernel helper's definition and a call of each: what a kernel
     that used them all would hold before its function."""
-    from torch._inductor.codegen import cpp_kernel_helpers as helpers
-    from torch._inductor.codegen import cpp_outer_loop_prefetch as prefetch
+    from torch._inductor.codegen.cpp_fusion.emitters import kernel_helpers as helpers
+    from torch._inductor.codegen.cpp_fusion.emitters import prefetch as prefetch
     from torch._inductor.utils import IndentedBuffer
 
     class Args:  # a kernel's KernelArgs, as far as the helpers need one
@@ -379,7 +379,7 @@ def msvc_clang(arch: str, source: Path, *flags: str) -> subprocess.CompletedProc
 
 @pytest.mark.parametrize("arch", list(MSVC_TARGETS))
 def test_prefetch_helper_compiles_for_msvc(arch, tmp_path):
-    from torch._inductor.codegen import cpp_outer_loop_prefetch as prefetch
+    from torch._inductor.codegen.cpp_fusion.emitters import prefetch as prefetch
 
     source = tmp_path / "prefetch.cpp"
     source.write_text(

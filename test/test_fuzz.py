@@ -3,7 +3,7 @@
 The `ci` run compiles the seed programs and 15 generated programs twice each
 (overlay flags off and on) in two worker processes, and must reach every
 overlay feature; the mutant test runs the fuzzer against a temporary copy of
-the installed cpp_outer_loop_split.py with an off-by-one (one of
+the installed cpp_fusion/outer_loop/split.py with an off-by-one (one of
 tools/fuzz/mutants.py's), imported in place of the real module by a
 sitecustomize on PYTHONPATH.  The real tree and .venv are never modified.
 """
@@ -484,7 +484,7 @@ def test_shadow_env_imports_the_mutant(tmp_path):
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == str(
-        tmp_path / "shadow" / "mutant_cpp_fusion_costs.py"
+        tmp_path / "shadow" / "mutant_costs.py"
     )
 
 

@@ -24,8 +24,10 @@ from torch._inductor import config
 from torch._inductor.decomposition import select_decomp_table
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import torch._inductor.cpp_fusion_costs as costs
-import torch._inductor.cpp_group_norm_channel_sums as channel_sums
+import torch._inductor.codegen.cpp_fusion.costs as costs
+from torch._inductor.codegen.cpp_fusion.lowering import (
+    group_norm_channel_sums as channel_sums,
+)
 
 SUMS_OFF = {"cpp.group_norm_channel_sums": False}
 aten = torch.ops.aten

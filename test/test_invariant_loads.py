@@ -18,7 +18,7 @@ import types
 import pytest
 import sympy
 import torch
-import torch._inductor.codegen.cpp_invariant_loads as invariant
+import torch._inductor.codegen.cpp_fusion.emitters.invariant_loads as invariant
 from compile_utils import compile_shipped_and_inspect
 from torch._inductor.codegen.common import InplacedBuffer, KernelArgs
 from torch._inductor.utils import IndentedBuffer

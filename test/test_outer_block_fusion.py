@@ -2,7 +2,7 @@
 
 A reduction over a middle dimension and its broadcasting consumer iterate in
 different loop orders; stock 2.13.0 finds no shared data and emits a loop
-nest per node.  cpp_outer_block_fusion.py fuses them over their shared
+nest per node.  cpp_fusion/scheduling/block_fusion.py fuses them over their shared
 outer loop when every consumer read stays in the block its producer wrote
 in the same outer iteration.  Each case compares with eager and counts the
 loop nests, stock (all flags off) against the shipped defaults.
@@ -20,7 +20,7 @@ from compile_utils import (
 )
 from torch.testing import FileCheck
 
-from torch._inductor.cpp_fusion_costs import BLOCK_BYTES_IN_CACHE
+from torch._inductor.codegen.cpp_fusion.costs import BLOCK_BYTES_IN_CACHE
 
 
 # 0023 reduces these reductions over 32 rows or more in two levels (blocks

@@ -3,7 +3,7 @@
 GroupNorm over groups of at most ``config.unroll_reductions_threshold``
 elements lowers to pointwise kernels fused over the group loop.  A reused erf
 or exp before it is stored by a kernel of its own, whose output the
-statistics read a group at a time.  cpp_outer_block_prepend.py lets that
+statistics read a group at a time.  cpp_fusion/scheduling/block_prepend.py lets that
 kernel join the fusion in front (splitting its merged loop into the groups
 and the rest where needed); if the members then fail to merge, the producer
 is generated alone and the rest stays fused.
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from compile_utils import compile_shipped_and_inspect, vector_lanes
 from torch.testing import FileCheck
 
-import torch._inductor.cpp_outer_block_prepend as prepend
+import torch._inductor.codegen.cpp_fusion.scheduling.block_prepend as prepend
 from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
 
 THREADS = {"cpp.threads": 2}

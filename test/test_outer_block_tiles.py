@@ -3,7 +3,7 @@
 Softmax and log_softmax over the few channels of an NCHW image keep two loop
 nests in stock: the statistics at each pixel, then the output.  0009 fuses
 them image by image only when an image fits its cache budget.
-cpp_outer_block_tiles.py tiles the pixel loop, (N, C, P) -> (N, P/T, C, T),
+cpp_fusion/scheduling/block_tiles.py tiles the pixel loop, (N, C, P) -> (N, P/T, C, T),
 so that the pair fuses over (N, P/T) with a block of C*T pixels; softmax's
 two pointwise kernels over the same (N, C, P) loops, which stock would fuse
 over all of them, fuse over the loops where every read stays in its block.
@@ -16,9 +16,9 @@ import torch
 from compile_utils import compile_shipped_and_inspect, requires_vectors
 from torch.testing import FileCheck
 
-import torch._inductor.cpp_fusion_costs as costs
+import torch._inductor.codegen.cpp_fusion.costs as costs
 
-from torch._inductor.cpp_fusion_costs import (
+from torch._inductor.codegen.cpp_fusion.costs import (
     BLOCK_BYTES_IN_CACHE,
     min_tile,
     TILE_BYTES_IN_CACHE,
@@ -310,7 +310,7 @@ def test_a_refused_statistics_fusion_restores_their_loops(
     from torch._inductor.choices import InductorChoices
     from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
 
-    import torch._inductor.cpp_outer_block_tiles as tiles
+    import torch._inductor.codegen.cpp_fusion.scheduling.block_tiles as tiles
 
     original = InductorChoices.can_fuse_vertical
 
@@ -343,7 +343,7 @@ def _accesses(write_index, read_index):
     (4, 32, 3, 2048), split at the fused depth 2."""
     import sympy
 
-    from torch._inductor.cpp_outer_block_fusion import BlockAccess
+    from torch._inductor.codegen.cpp_fusion.scheduling.block_fusion import BlockAccess
 
     n, t, c, lane = sympy.symbols("p0 p1 p2 p3", integer=True, nonnegative=True)
     ranges = {n: 4, t: 32, c: 3, lane: 2048}
@@ -358,7 +358,9 @@ WRITE = "196608*n + 2048*t + 65536*c + lane"
 
 
 def test_a_read_of_any_channel_at_its_own_pixel_stays_in_the_tile():
-    from torch._inductor.cpp_outer_block_tiles import same_digit_block
+    from torch._inductor.codegen.cpp_fusion.scheduling.block_tiles import (
+        same_digit_block,
+    )
 
     for read in ("196608*n + 2048*t + lane", "196608*n + 2048*t + 131072 + lane"):
         assert same_digit_block(*_accesses(WRITE, read)), read
@@ -366,7 +368,9 @@ def test_a_read_of_any_channel_at_its_own_pixel_stays_in_the_tile():
 
 
 def test_a_read_past_the_tile_or_of_another_tile_is_refused():
-    from torch._inductor.cpp_outer_block_tiles import same_digit_block
+    from torch._inductor.codegen.cpp_fusion.scheduling.block_tiles import (
+        same_digit_block,
+    )
 
     for read in (
         "196608*n + 2048*t + 65536*c + lane + 1",  # the next pixel
@@ -378,7 +382,9 @@ def test_a_read_past_the_tile_or_of_another_tile_is_refused():
 
 
 def test_a_write_whose_tiles_overlap_is_refused():
-    from torch._inductor.cpp_outer_block_tiles import same_digit_block
+    from torch._inductor.codegen.cpp_fusion.scheduling.block_tiles import (
+        same_digit_block,
+    )
 
     overlapping = "196608*n + 1024*t + 65536*c + lane"  # tiles of 2048 at 1024
     assert not same_digit_block(*_accesses(overlapping, overlapping))

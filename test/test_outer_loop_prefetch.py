@@ -15,14 +15,14 @@ import pytest
 import sympy
 import torch
 import torch.nn.functional as F
-import torch._inductor.cpp_fusion_costs as costs
+import torch._inductor.codegen.cpp_fusion.costs as costs
 from compile_utils import (
     LOOP_ORDERING_OFF,
     compile_shipped_and_inspect,
     requires_vectors,
     vector_lanes,
 )
-from torch._inductor.codegen.cpp_outer_loop_prefetch import static_stride
+from torch._inductor.codegen.cpp_fusion.emitters.prefetch import static_stride
 from torch.testing import FileCheck
 from torch.utils._sympy.functions import ModularIndexing
 

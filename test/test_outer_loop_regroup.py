@@ -1,6 +1,6 @@
 """An outer-loop fusion that fails to merge is regrouped, not unfused.
 
-cpp_outer_loop_regroup.py generates such a node without its last member
+cpp_fusion/outer_loop/regroup.py generates such a node without its last member
 (fused, if that merges) and then the last member alone, where stock emits
 every member as a loop nest of its own.  Found by make fuzz with loop
 ordering after fusion on: log_softmax over a reduced dimension.
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch._inductor.codegen.cpp_outer_loop_regroup as regroup
+import torch._inductor.codegen.cpp_fusion.outer_loop.regroup as regroup
 from compile_utils import compile_and_inspect, host_has_simd_width
 
 # The fuzzer found the failed merge with 16 float lanes; with AVX2's 8 the
 # three members merge (3 nests), so the tests pin AVX512.  The four members
-# merge over fewer loops (cpp_outer_loop_shallower.py, 2 nests): switched
+# merge over fewer loops (cpp_fusion/outer_loop/shallower.py, 2 nests): switched
 # off here, it is what the regrouping would have done without it.
 AVX512 = {"cpp.simdlen": 512, "cpp.outer_loop_shallower_fusion": False}
 pytestmark = pytest.mark.skipif(

@@ -12,14 +12,15 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch._inductor import cpp_fusion_costs as costs, metrics
+from torch._inductor import metrics
+from torch._inductor.codegen.cpp_fusion import costs
 from compile_utils import compile_and_run
 from compile_utils import compile_shipped_and_inspect as compile_and_inspect
 from compile_utils import LOOP_ORDERING_OFF, requires_vectors, SEED_CONFIG
 from torch.testing import FileCheck
 
 
-from torch._inductor.codegen.cpp_outer_loop_split import split_for_outer_extent
+from torch._inductor.codegen.cpp_fusion.outer_loop.split import split_for_outer_extent
 
 TWO_THREADS = {"cpp.threads": 2}
 
@@ -460,7 +461,7 @@ class KernelGroupArgs:
 
 
 def _run(fallbacks):
-    from torch._inductor.codegen.cpp_outer_loop_fallbacks import (
+    from torch._inductor.codegen.cpp_fusion.outer_loop.fallbacks import (
         FailedMerge,
         run_fallbacks,
     )

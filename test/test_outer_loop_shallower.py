@@ -1,6 +1,6 @@
 """A failed outer-loop fusion merges over fewer outer loops.
 
-cpp_outer_loop_shallower.py retries a node whose kernels do not merge at the
+cpp_fusion/outer_loop/shallower.py retries a node whose kernels do not merge at the
 scheduler's depth at each shallower depth, as a re-tiling attempt, where the
 fused loop still feeds every thread.  The case: RMS norm, then RoPE on
 interleaved pairs (upstream's test_qknorm_interleaved_rope_fusion), whose

@@ -19,9 +19,9 @@ from torch._inductor import config
 from torch._inductor.utils import run_and_get_code
 from torch.testing import FileCheck
 
-import torch._inductor.cpp_fusion_costs as costs
-import torch._inductor.cpp_outer_reduction_blocks as blocks
-from torch._inductor.cpp_fusion_costs import OUTER_REDUCTION_BLOCK_ROWS
+import torch._inductor.codegen.cpp_fusion.costs as costs
+import torch._inductor.codegen.cpp_fusion.lowering.outer_reduction_blocks as blocks
+from torch._inductor.codegen.cpp_fusion.costs import OUTER_REDUCTION_BLOCK_ROWS
 
 BLOCKS_OFF = {"cpp.outer_reduction_blocks": False}
 CACHE_BYTES = 32 << 20

@@ -359,6 +359,21 @@ def test_every_relative_link_of_the_readme_and_docs_resolves():
 # the installed tool
 
 
+def tracked_files(tmp_path: Path) -> Path:
+    """The checkout's tracked files, as `pip install git+<repo>` clones them:
+    setuptools' build/lib of an earlier build in the checkout would leak
+    modules that are no longer in the overlay into the wheel."""
+    src = tmp_path / "src"
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO_ROOT, check=True, capture_output=True
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        if (REPO_ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / rel, src / rel)
+    return src
+
+
 def test_the_installed_tool_applies_verifies_and_reverts_without_the_checkout(
     site_packages, tmp_path
 ):
@@ -371,7 +386,7 @@ def test_the_installed_tool_applies_verifies_and_reverts_without_the_checkout(
     dist = tmp_path / "dist"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-         "--no-build-isolation", "-w", str(dist), str(REPO_ROOT)],
+         "--no-build-isolation", "-w", str(dist), str(tracked_files(tmp_path))],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     (built,) = dist.glob("inductor_fusion_overlay-*.whl")

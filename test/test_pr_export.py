@@ -127,10 +127,25 @@ def test_overlay_modules_grow_step_by_step(export, tmp_path):
             assert commits[0].modules[rel] == overlay[rel].decode()
 
 
+def test_a_package_init_lands_with_the_first_module_in_its_package(export):
+    overlay = load_overlay_files()
+    inits = {rel for rel in overlay if rel.endswith("/__init__.py")}
+    assert "torch/_inductor/codegen/cpp_fusion/scheduling/__init__.py" in inits
+    landed: dict[str, str] = {}
+    for commit in export.commits:
+        for rel in commit.new_modules:
+            landed.setdefault(rel, commit.patch.name[:4])
+    for init in inits:
+        package = init.removesuffix("__init__.py")
+        first = min(landed[rel] for rel in landed if rel.startswith(package))
+        assert landed[init] == first, init
+    assert landed["torch/_inductor/codegen/cpp_fusion/scheduling/__init__.py"] == "0005"
+
+
 def test_a_shared_module_grows_by_the_names_each_step_imports(export):
-    # cpp_fusion_costs.py: 0004 brings two_step_variance_threshold, 0007
+    # cpp_fusion/costs.py: 0004 brings two_step_variance_threshold, 0007
     # expensive_to_recompute; neither is in the module before its patch.
-    costs = "torch/_inductor/cpp_fusion_costs.py"
+    costs = "torch/_inductor/codegen/cpp_fusion/costs.py"
     by_patch = {c.patch.name[:4]: c for c in export.commits}
     assert "two_step_variance_threshold" in by_patch["0004"].grown[costs]
     assert "expensive_to_recompute" in by_patch["0007"].grown[costs]
@@ -300,7 +315,7 @@ def test_an_overlay_module_no_patch_names_is_refused(tmp_path):
         pr.plan_commits(load_series(), overlay)
 
 
-RETILE = "torch/_inductor/codegen/cpp_outer_loop_retile.py"
+RETILE = "torch/_inductor/codegen/cpp_fusion/outer_loop/retile.py"
 
 
 def test_a_forward_import_between_steps_is_refused():
@@ -308,9 +323,9 @@ def test_a_forward_import_between_steps_is_refused():
     overlay = dict(load_overlay_files())
     text = overlay[RETILE].decode()
     text = text.replace(
-        "from ..virtualized import V\n",
-        "from ..cpp_outer_block_fusion import is_outer_block_fusion\n"
-        "from ..virtualized import V\n",
+        "from torch._inductor.virtualized import V\n",
+        "from torch._inductor.virtualized import V\n"
+        "from ..scheduling.block_fusion import is_outer_block_fusion\n",
     ).replace(
         "        balanced = balances_over_threads(outer)\n",
         "        balanced = balances_over_threads(outer)\n"
@@ -322,18 +337,18 @@ def test_a_forward_import_between_steps_is_refused():
     with pytest.raises(
         pr.LayeringError,
         match=r"0002-\S+: forward import(?s:.*)`is_outer_block_fusion` of "
-        r"`torch/_inductor/cpp_outer_block_fusion.py` is needed by "
-        r"codegen/cpp_outer_loop_retile.py:OuterLoopRetile, but 0009-",
+        r"`torch/_inductor/codegen/cpp_fusion/scheduling/block_fusion.py` is needed by "
+        r"codegen/cpp_fusion/outer_loop/retile.py:OuterLoopRetile, but 0009-",
     ):
         pr.plan_commits(load_series(), overlay)
 
 
 def test_the_cost_model_grows_with_the_features_that_use_it():
-    # cpp_fusion_costs.py is 0002's (Origin:) and a leaf; each threshold
+    # cpp_fusion/costs.py is 0002's (Origin:) and a leaf; each threshold
     # arrives with the first step whose module uses it, not all at once with
     # the last patch that names the module (0007)
     commits = {c.patch.name[:4]: c for c in pr.plan_commits(*_series_and_overlay())}
-    costs = "torch/_inductor/cpp_fusion_costs.py"
+    costs = "torch/_inductor/codegen/cpp_fusion/costs.py"
     arrivals = {
         "INNER_TO_OUTER": "0002",
         "SMALL_CONSUMER_RATIO": "0003",
@@ -349,10 +364,10 @@ def test_the_cost_model_grows_with_the_features_that_use_it():
 
 
 def test_each_fallback_lands_with_the_patch_that_lists_it():
-    # cpp_outer_loop_fallbacks.py is 0002's; each patch that adds an entry
+    # cpp_fusion/outer_loop/fallbacks.py is 0002's; each patch that adds an entry
     # to CppScheduling.outer_loop_fallbacks() brings its fallback object
     commits = {c.patch.name[:4]: c for c in pr.plan_commits(*_series_and_overlay())}
-    fallbacks = "torch/_inductor/codegen/cpp_outer_loop_fallbacks.py"
+    fallbacks = "torch/_inductor/codegen/cpp_fusion/outer_loop/fallbacks.py"
     arrivals = {
         "Retile": "0002",
         "run_fallbacks": "0002",
@@ -377,12 +392,12 @@ def _series_and_overlay():
 
 def test_imports_resolve_relative_to_the_patched_file():
     lines = [
-        "from .cpp_outer_loop_retile import X",
+        "from .cpp_fusion.outer_loop.retile import X",
         "    from ..scheduler import Y",
         "from . import config",
     ]
     found = pr.imported_paths("torch/_inductor/codegen/cpp.py", lines)
-    assert "torch/_inductor/codegen/cpp_outer_loop_retile.py" in found
+    assert "torch/_inductor/codegen/cpp_fusion/outer_loop/retile.py" in found
     assert "torch/_inductor/scheduler.py" in found
     assert "torch/_inductor/codegen/config.py" in found
 

@@ -93,18 +93,19 @@ def test_a_missing_name_is_an_error():
 
 def test_hook_imports_read_multi_line_and_module_imports():
     text = (
-        "    from ..cpp_loop_ordering import (\n        a,\n        b,\n    )\n"
-        "    from . import cpp_kernel_helpers as helpers\n"
+        "    from .cpp_fusion.scheduling.loop_ordering import (\n        a,\n"
+        "        b,\n    )\n"
+        "    from .cpp_fusion.emitters import kernel_helpers as helpers\n"
         "    helpers.write(x)\n"
     )
     files = {
-        "torch/_inductor/cpp_loop_ordering.py",
-        "torch/_inductor/codegen/cpp_kernel_helpers.py",
+        "torch/_inductor/codegen/cpp_fusion/scheduling/loop_ordering.py",
+        "torch/_inductor/codegen/cpp_fusion/emitters/kernel_helpers.py",
     }
     found = imports_in_text("torch/_inductor/codegen/cpp.py", text, files)
     assert found == {
-        "torch/_inductor/cpp_loop_ordering.py": {"a", "b"},
-        "torch/_inductor/codegen/cpp_kernel_helpers.py": {"write"},
+        "torch/_inductor/codegen/cpp_fusion/scheduling/loop_ordering.py": {"a", "b"},
+        "torch/_inductor/codegen/cpp_fusion/emitters/kernel_helpers.py": {"write"},
     }
 
 

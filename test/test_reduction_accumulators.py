@@ -1,6 +1,6 @@
 """Several accumulators for long horizontal vector reductions.
 
-``cpp.multi_accumulator_reductions`` (codegen/cpp_reduction_accumulators.py)
+``cpp.multi_accumulator_reductions`` (codegen/cpp_fusion/emitters/accumulators.py)
 gives a vectorized sum/max/min along a row four accumulators that rotate
 every iteration.  Each test compares with eager and checks the generated
 loop body: how many reductions rotate, and whether stock's cascade helper
@@ -18,8 +18,8 @@ from compile_utils import (
     requires_vectors,
     vector_lanes,
 )
-from torch._inductor.codegen.cpp_reduction_accumulators import CASCADE_CHUNK
-from torch._inductor.cpp_fusion_costs import (
+from torch._inductor.codegen.cpp_fusion.emitters.accumulators import CASCADE_CHUNK
+from torch._inductor.codegen.cpp_fusion.costs import (
     ACCUMULATORS,
     MIN_ITERATIONS_PER_ACCUMULATOR,
 )

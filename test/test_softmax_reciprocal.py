@@ -23,7 +23,7 @@ from compile_utils import (
 )
 from torch._inductor import config
 
-import torch._inductor.cpp_softmax_reciprocal as reciprocal
+import torch._inductor.codegen.cpp_fusion.lowering.softmax_reciprocal as reciprocal
 
 RECIPROCAL_OFF = {"cpp.softmax_reciprocal": False}
 ONE = "static_cast<float>(1.0)"

@@ -1,7 +1,7 @@
 """Streaming stores for outputs that cannot stay in cache (cpp.streaming_stores).
 
-cpp_streaming_stores.py turns the full-vector float32 stores of a kernel's
-output into non-temporal stores when the kernel touches more memory than
+cpp_fusion/emitters/streaming_stores.py turns the full-vector float32 stores
+of a kernel's output into non-temporal stores when the kernel touches more memory than
 the last-level cache; every thread fences its own. The tests shrink the cache
 size the module assumes, so small programs exercise it, and check agreement
 with eager, which stores are streamed, and the guards.
@@ -15,8 +15,8 @@ import types
 import pytest
 import sympy
 import torch
-import torch._inductor.codegen.cpp_streaming_stores as streaming
-import torch._inductor.cpp_fusion_costs as costs
+import torch._inductor.codegen.cpp_fusion.emitters.streaming_stores as streaming
+import torch._inductor.codegen.cpp_fusion.costs as costs
 from compile_utils import compile_shipped_and_inspect, requires_vectors, vector_lanes
 from torch._inductor.codegen.common import InplacedBuffer, KernelArgs
 from torch._inductor.utils import IndentedBuffer

@@ -1,6 +1,6 @@
 """Unrolled loops for reductions with rotating accumulators.
 
-``cpp.unroll_rotated_reductions`` (codegen/cpp_reduction_accumulators.py,
+``cpp.unroll_rotated_reductions`` (codegen/cpp_fusion/emitters/accumulators.py,
 patch 0017) puts an unroll pragma for as many iterations as there are
 accumulators right before the serial innermost vector loop of a reduction
 whose accumulators rotate (``cpp.multi_accumulator_reductions``), so that
@@ -17,7 +17,7 @@ import pytest
 import torch
 from compile_utils import compile_and_inspect, requires_vectors
 from torch._inductor import cpp_builder
-from torch._inductor.cpp_fusion_costs import ACCUMULATORS
+from torch._inductor.codegen.cpp_fusion.costs import ACCUMULATORS
 from torch.testing import FileCheck
 
 pytestmark = requires_vectors
@@ -152,7 +152,7 @@ def test_gcc_builds_register_webs_only_under_the_flag():
 def test_a_compiler_without_unroll_pragmas_gets_none(monkeypatch):
     # MSVC (neither GCC nor Clang) keeps the moves rather than see a pragma
     # of another compiler
-    from torch._inductor.codegen.cpp_reduction_accumulators import _unroll_pragma
+    from torch._inductor.codegen.cpp_fusion.emitters.accumulators import _unroll_pragma
 
     monkeypatch.setattr(cpp_builder, "is_gcc", lambda: False)
     monkeypatch.setattr(cpp_builder, "is_clang", lambda: False)

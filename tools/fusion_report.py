@@ -23,11 +23,11 @@ from fusion_overlay.flags import config_patch
 
 FUSION_LOGGERS = (
     "torch._inductor.scheduler",
-    "torch._inductor.codegen.cpp_outer_loop_retile",
-    "torch._inductor.codegen.cpp_outer_loop_split",
-    "torch._inductor.codegen.cpp_reduction_accumulators",
-    "torch._inductor.cpp_outer_block_fusion",
-    "torch._inductor.cpp_loop_ordering",
+    "torch._inductor.codegen.cpp_fusion.outer_loop.retile",
+    "torch._inductor.codegen.cpp_fusion.outer_loop.split",
+    "torch._inductor.codegen.cpp_fusion.emitters.accumulators",
+    "torch._inductor.codegen.cpp_fusion.scheduling.block_fusion",
+    "torch._inductor.codegen.cpp_fusion.scheduling.loop_ordering",
 )
 DECISION_MARKERS = (
     "cannot fuse",

@@ -110,82 +110,82 @@ TEST_EXPORTS = (
     TestExport(
         "test/test_outer_loop_retile.py",
         "test/inductor/test_cpu_outer_loop_retile.py",
-        ("cpp_outer_loop_retile", "cpp_outer_loop_split"),
+        ("retile", "split"),
     ),
     TestExport(
         "test/test_cpu_loop_ordering.py",
         "test/inductor/test_cpu_loop_ordering.py",
-        ("cpp_loop_ordering",),
+        ("loop_ordering",),
     ),
     TestExport(
         "test/test_reduction_accumulators.py",
         "test/inductor/test_cpu_reduction_accumulators.py",
-        ("cpp_reduction_accumulators",),
+        ("accumulators",),
     ),
     TestExport(
         "test/test_unroll_rotated_reductions.py",
         "test/inductor/test_cpu_unroll_rotated_reductions.py",
-        ("cpp_reduction_accumulators",),
+        ("accumulators",),
     ),
     TestExport(
         "test/test_outer_block_fusion.py",
         "test/inductor/test_cpu_outer_block_fusion.py",
-        ("cpp_outer_block_fusion",),
+        ("block_fusion",),
     ),
     TestExport(
         "test/test_invariant_loads.py",
         "test/inductor/test_cpu_invariant_loads.py",
-        ("cpp_invariant_loads",),
+        ("invariant_loads",),
     ),
     TestExport(
         "test/test_block_local_buffers.py",
         "test/inductor/test_cpu_block_local_buffers.py",
-        ("cpp_block_local_buffers",),
+        ("block_local_buffers",),
     ),
     TestExport(
         "test/test_outer_loop_regroup.py",
         "test/inductor/test_cpu_outer_loop_regroup.py",
-        ("cpp_outer_loop_regroup",),
+        ("regroup",),
     ),
     TestExport(
         "test/test_outer_loop_shallower.py",
         "test/inductor/test_cpu_outer_loop_shallower.py",
-        ("cpp_outer_loop_shallower",),
+        ("shallower",),
     ),
     TestExport(
         "test/test_outer_block_tiles.py",
         "test/inductor/test_cpu_outer_block_tiles.py",
-        ("cpp_outer_block_tiles",),
+        ("block_tiles",),
     ),
     TestExport(
         "test/test_outer_block_prepend.py",
         "test/inductor/test_cpu_outer_block_prepend.py",
-        ("cpp_outer_block_prepend",),
+        ("block_prepend",),
     ),
     TestExport(
         "test/test_softmax_reciprocal.py",
         "test/inductor/test_cpu_softmax_reciprocal.py",
-        ("cpp_softmax_reciprocal",),
+        ("softmax_reciprocal",),
     ),
     TestExport(
         "test/test_group_norm_channel_sums.py",
         "test/inductor/test_cpu_group_norm_channel_sums.py",
-        ("cpp_group_norm_channel_sums",),
+        ("group_norm_channel_sums",),
     ),
     TestExport(
         "test/test_outer_reduction_blocks.py",
         "test/inductor/test_cpu_outer_reduction_blocks.py",
-        ("cpp_outer_reduction_blocks",),
+        ("outer_reduction_blocks",),
     ),
     TestExport(
         "test/test_streaming_stores.py",
         "test/inductor/test_cpu_streaming_stores.py",
-        ("cpp_streaming_stores",),
+        ("streaming_stores",),
     ),
     TestExport(
         "test/test_outer_loop_prefetch.py",
         "test/inductor/test_cpu_outer_loop_prefetch.py",
-        ("cpp_outer_loop_prefetch",),
+        ("prefetch",),
     ),
 )
 
@@ -356,6 +356,24 @@ def hook_imports(patch: Patch, overlay: dict[str, bytes]) -> dict[str, set[str]]
     return out
 
 
+def package_inits(
+    overlay: dict[str, bytes], states: dict[str, str], slicer: Slicer
+) -> dict[str, str]:
+    """The `__init__.py` of every overlay package a module of `states` is in.
+
+    A package's `__init__.py` defines nothing a hook imports, so the slicer
+    never grows it: it lands whole with the first module under its directory
+    (and its parent packages' with it)."""
+    inits: dict[str, str] = {}
+    for rel in overlay:
+        if Path(rel).name != "__init__.py":
+            continue
+        package = Path(rel).parent
+        if any(package in Path(module).parents for module in states):
+            inits[rel] = slicer.render(rel)
+    return inits
+
+
 def plan_commits(
     series: Series,
     overlay: dict[str, bytes],
@@ -426,6 +444,7 @@ def plan_commits(
                 "feature register itself through a hook):\n  " + "\n  ".join(forward)
             )
         states = {rel: slicer.render(rel) for rel in overlay if slicer.has(rel)}
+        states |= package_inits(overlay, states, slicer)
         changed = {
             rel: text for rel, text in states.items() if previous.get(rel) != text
         }

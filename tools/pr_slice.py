@@ -1,10 +1,11 @@
 """A Python module cut down to some of its top-level definitions.
 
 `tools/pr.py` exports the series one feature at a time.  An overlay module
-that several features use (``cpp_fusion_costs.py``, ``cpp_kernel_helpers.py``,
-a module a later patch extends) must appear in each commit in the state that
-commit needs: only the definitions its patches and the modules it adds
-import, plus what those definitions use.  `ModuleSource` splits a module into
+that several features use (``cpp_fusion/costs.py``,
+``cpp_fusion/emitters/kernel_helpers.py``, a module a later patch extends)
+must appear in each commit in the state that commit needs: only the
+definitions its patches and the modules it adds import, plus what those
+definitions use.  `ModuleSource` splits a module into
 its top-level statements ("units": a def, a class, an assignment, an import,
 with the comments above it) and renders any subset of them in the original
 order; `Slicer` follows the names across modules.  The full set renders the

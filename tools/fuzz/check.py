@@ -149,7 +149,7 @@ def _cache_size(case: FuzzCase):
         yield
         return
     try:
-        from torch._inductor import cpp_fusion_costs as costs
+        from torch._inductor.codegen.cpp_fusion import costs as costs
     except ImportError:  # stock torch: nothing reads it
         yield
         return

@@ -70,24 +70,25 @@ class Mutant:
 
 _I = "torch/_inductor/"
 _C = _I + "codegen/"
-RETILE = _C + "cpp_outer_loop_retile.py"
-SPLIT = _C + "cpp_outer_loop_split.py"
-COSTS = _I + "cpp_fusion_costs.py"
-NODES = _I + "cpp_fusion_nodes.py"
-LOAF = _I + "cpp_loop_ordering.py"
-ACC = _C + "cpp_reduction_accumulators.py"
-BLOCK = _I + "cpp_outer_block_fusion.py"
-LOCAL = _C + "cpp_block_local_buffers.py"
-INV = _C + "cpp_invariant_loads.py"
-REGROUP = _C + "cpp_outer_loop_regroup.py"
-STREAM = _C + "cpp_streaming_stores.py"
-HELPERS = _C + "cpp_kernel_helpers.py"
-PREFETCH = _C + "cpp_outer_loop_prefetch.py"
-SHALLOW = _C + "cpp_outer_loop_shallower.py"
-TILES = _I + "cpp_outer_block_tiles.py"
-PREPEND = _I + "cpp_outer_block_prepend.py"
-SOFTMAX = _I + "cpp_softmax_reciprocal.py"
-GROUP_NORM = _I + "cpp_group_norm_channel_sums.py"
+_F = _C + "cpp_fusion/"
+RETILE = _F + "outer_loop/retile.py"
+SPLIT = _F + "outer_loop/split.py"
+COSTS = _F + "costs.py"
+NODES = _F + "nodes.py"
+LOAF = _F + "scheduling/loop_ordering.py"
+ACC = _F + "emitters/accumulators.py"
+BLOCK = _F + "scheduling/block_fusion.py"
+LOCAL = _F + "outer_loop/block_local_buffers.py"
+INV = _F + "emitters/invariant_loads.py"
+REGROUP = _F + "outer_loop/regroup.py"
+STREAM = _F + "emitters/streaming_stores.py"
+HELPERS = _F + "emitters/kernel_helpers.py"
+PREFETCH = _F + "emitters/prefetch.py"
+SHALLOW = _F + "outer_loop/shallower.py"
+TILES = _F + "scheduling/block_tiles.py"
+PREPEND = _F + "scheduling/block_prepend.py"
+SOFTMAX = _F + "lowering/softmax_reciprocal.py"
+GROUP_NORM = _F + "lowering/group_norm_channel_sums.py"
 
 # Features whose decisions only choose among equally correct kernels, so no
 # semantic mutant of them can change a result: 0023 picks a block count for
@@ -873,7 +874,7 @@ MUTANTS = (
         "front-join-of-a-block-fusion",
         PREPEND,
         "    ):\n        return False  # a block fusion: "
-        "cpp_outer_block_fusion.py extends it\n",
+        "scheduling/block_fusion.py extends it\n",
         "    ):\n        pass\n",
         "check",
         equivalent="a producer joining a block fusion in front is checked by "

@@ -16,12 +16,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
+from torch._inductor import config
 from torch.utils._ordered_set import OrderedSet
 
-from . import config
-from .cpp_fusion_costs import strided_inner_bytes, strided_inner_deps
-from .cpp_fusion_nodes import under_rollback_scope
-
+from ..costs import strided_inner_bytes, strided_inner_deps
+from ..nodes import under_rollback_scope
 
 loop_ordering_log = torch._logging.getArtifactLogger(__name__, "loop_ordering")
 
@@ -90,8 +89,8 @@ def merge_loops_consistently(node) -> None:
     member, recompute the groups, and keep the result only when the members
     still agree; otherwise all members return to their fused loop order.
     """
-    from .codegen.cpp import OuterLoopFusedSchedulerNode
-    from .scheduler import _LoopStateSnapshot, SchedulerNode
+    from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
+    from torch._inductor.scheduler import SchedulerNode, _LoopStateSnapshot
 
     snodes = node.get_nodes()
     if not all(isinstance(sn, SchedulerNode) for sn in snodes) or any(
@@ -124,7 +123,7 @@ def merge_loops_consistently(node) -> None:
 
 
 def _members(node):
-    from .codegen.cpp import OuterLoopFusedSchedulerNode
+    from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
 
     if isinstance(node, OuterLoopFusedSchedulerNode):
         return list(node.get_outer_nodes())
@@ -133,7 +132,7 @@ def _members(node):
 
 def _merge_member(node) -> bool:
     """Merge a SchedulerNode or FusedSchedulerNode; False if members disagree."""
-    from .scheduler import FusedSchedulerNode
+    from torch._inductor.scheduler import FusedSchedulerNode
 
     for sn in node.get_nodes():
         sn.merge_loops()
@@ -203,7 +202,7 @@ def _merge_members_together(snodes) -> bool:
     split into rows with a masked vector tail on each.  Merging each member
     over the indices of all members gives them the same iteration loops.
     """
-    from .scheduler import SchedulerNode
+    from torch._inductor.scheduler import SchedulerNode
 
     if not all(isinstance(sn, SchedulerNode) for sn in snodes):
         return False
@@ -261,7 +260,7 @@ def _index_exprs_over(target, snodes) -> list:
 
 
 def _fused_node_cls():
-    from .scheduler import FusedSchedulerNode
+    from torch._inductor.scheduler import FusedSchedulerNode
 
     return FusedSchedulerNode
 
@@ -271,10 +270,10 @@ def merge_loops_below(snode, depth: int, exprs=None) -> None:
     and all reduction loops; the first ``depth`` iteration loops stay as they are.
     ``exprs``: the indices that must stay expressible (default: the node's own).
     """
-    from . import dependencies
-    from .codegen.common import index_prevent_reordering
-    from .loop_body import LoopBody
-    from .virtualized import V
+    from torch._inductor import dependencies
+    from torch._inductor.codegen.common import index_prevent_reordering
+    from torch._inductor.loop_body import LoopBody
+    from torch._inductor.virtualized import V
 
     body = snode._body
     iter_vars, reduce_vars = body.vars
@@ -327,7 +326,7 @@ def _prefix_with_product(sizes, product):
 
 def _normalize_deps(node) -> None:
     """Canonical dependency names for nodes whose loops stay unmerged."""
-    from .scheduler import SchedulerNode
+    from torch._inductor.scheduler import SchedulerNode
 
     for sn in node.get_nodes():
         if isinstance(sn, SchedulerNode):
@@ -346,12 +345,12 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
     """
     import math
 
-    from .virtualized import V
-    from .scheduler import (
+    from torch._inductor.scheduler import (
         FusedSchedulerNode,
-        refresh_group_node_dependencies,
         SchedulerNode,
+        refresh_group_node_dependencies,
     )
+    from torch._inductor.virtualized import V
 
     if node1.is_reduction() == node2.is_reduction():
         return False
@@ -402,9 +401,9 @@ def _reindexed_deps(scheduler, pointwise, target):
     in every fusion round and reorder check, against other partners, and
     each answer rebuilds the node's loop bodies: the answers are kept in
     the backend (``CppScheduling.loop_body_answers``)."""
-    from .scheduler import (
-        _LoopStateSnapshot,
+    from torch._inductor.scheduler import (
         FusedSchedulerNode,
+        _LoopStateSnapshot,
         refresh_group_node_dependencies,
     )
 
@@ -439,7 +438,7 @@ def refresh_group_after_reorder(node) -> None:
     (outer-loop fusion depth, compatible ranges) and codegen read.  A group
     left stale by a reorder is what made C++ codegen fail upstream.
     """
-    from .scheduler import FusedSchedulerNode
+    from torch._inductor.scheduler import FusedSchedulerNode
 
     if not node.is_cpu():
         return
@@ -462,7 +461,7 @@ def reorder_is_worthwhile(node, new_order) -> bool:
     computed on reordered copies of the loop bodies: the nodes are not
     touched.
     """
-    from .scheduler import SchedulerNode
+    from torch._inductor.scheduler import SchedulerNode
 
     snodes = [sn for sn in node.get_nodes() if isinstance(sn, SchedulerNode)]
     reordered = [_reordered(sn, new_order) for sn in snodes]
@@ -500,7 +499,7 @@ def _strided_walks_fusion_removes(node, reordered) -> tuple[int, int]:
     over dim 0 gets nothing: its exp buffer is read by two nodes, one of
     them row by row.
     """
-    from .scheduler import SchedulerNode
+    from torch._inductor.scheduler import SchedulerNode
 
     scheduler = node.scheduler
     own = OrderedSet(sn.get_name() for sn in node.get_nodes())
@@ -570,9 +569,9 @@ def _sole_partner(scheduler, name: str, own):
 def _same_walk(dep, other) -> bool:
     """Whether two accesses visit the same elements at the same iterations
     of loops of the same sizes (their variables renamed in loop order)."""
-    from .dependencies import MemoryDep
-    from .utils import sympy_subs
-    from .virtualized import V
+    from torch._inductor.dependencies import MemoryDep
+    from torch._inductor.utils import sympy_subs
+    from torch._inductor.virtualized import V
 
     if not isinstance(other, MemoryDep) or len(dep.var_names) != len(
         other.var_names
@@ -588,7 +587,7 @@ def _same_walk(dep, other) -> bool:
 def _reordered(snode, new_order) -> SimpleNamespace:
     """What ``strided_inner_bytes`` reads of ``snode`` (its deps and its
     scheduler), for its loops reordered to ``new_order``."""
-    from . import dependencies
+    from torch._inductor import dependencies
 
     body = snode._body.reorder_iter_loops(new_order)
     read_writes = dependencies.extract_read_writes(
@@ -676,7 +675,7 @@ def merge_loops_to_fuse(node1, node2) -> bool:
 def _nodes_under_rollback_scope(*nodes) -> bool:
     """True inside Scheduler.can_fuse, whose loop mutation tracker listens on
     every leaf node and undoes the loop changes of a rejected fusion."""
-    from .scheduler import SchedulerNode
+    from torch._inductor.scheduler import SchedulerNode
 
     return under_rollback_scope(
         sn for node in nodes for sn in node.get_nodes() if isinstance(sn, SchedulerNode)
@@ -694,7 +693,7 @@ def _groups_fuse(group1, group2) -> bool:
 
 
 def _mergeable_members(node):
-    from .scheduler import FusedSchedulerNode, SchedulerNode
+    from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
 
     if not isinstance(node, (SchedulerNode, FusedSchedulerNode)):
         return None
@@ -732,7 +731,10 @@ def _merged_loop_group(backend, body):
 
 
 def _merge_for_fusion(node) -> None:
-    from .scheduler import FusedSchedulerNode, refresh_group_node_dependencies
+    from torch._inductor.scheduler import (
+        FusedSchedulerNode,
+        refresh_group_node_dependencies,
+    )
 
     for sn in _mergeable_members(node):
         # apply_loop_body tells can_fuse's rollback tracker, merge_loops not.

@@ -4,7 +4,7 @@ The scheduler fuses nodes over every outer loop they share (the fusion depth).
 The C++ kernels must then agree on those levels, and none may vector-tile
 one of them.  When a kernel's good tiling lies on the last shared level, the
 kernels cannot merge there: stock falls back to separate nests, and
-re-tiling that kernel (cpp_outer_loop_retile.py) may leave it scalar, which
+re-tiling that kernel (outer_loop/retile.py) may leave it scalar, which
 its cost guard refuses.  One level up the conflict is gone: the level is no
 longer fused, so the kernel keeps its tiling inside the shared outer loops.
 
@@ -35,14 +35,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ..cpp_fusion_costs import balances_over_threads
-from .cpp_outer_loop_retile import size_hint, is_vectorized, log_retile, OuterLoopRetile
-
+from ..costs import balances_over_threads
+from .retile import OuterLoopRetile, is_vectorized, log_retile, size_hint
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from .cpp import CppKernelProxy, OuterLoopFusedSchedulerNode
+    from torch._inductor.codegen.cpp import CppKernelProxy, OuterLoopFusedSchedulerNode
 
 
 class ShallowerFusion(OuterLoopRetile):
@@ -60,7 +59,7 @@ def shallower_attempts(
     scheduler's depth: their vectorization is what the vector-work guard
     compares against.
     """
-    from .cpp import OuterLoopFusedSchedulerNode
+    from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
 
     members = list(node.get_outer_nodes())
     if len(stock_proxies) != len(members):

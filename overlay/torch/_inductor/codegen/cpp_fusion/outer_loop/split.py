@@ -26,22 +26,20 @@ import math
 from typing import TYPE_CHECKING
 
 import sympy
-
 import torch
-
-from ..cpp_fusion_costs import SMALL_CONSUMER_RATIO, strided_inner_bytes
-from ..cpp_fusion_nodes import static_sizes, under_rollback_scope
-from ..scheduler import (
+from torch._inductor.scheduler import (
     FusedSchedulerNode,
-    refresh_group_node_dependencies,
     SchedulerNode,
+    refresh_group_node_dependencies,
 )
 
+from ..costs import SMALL_CONSUMER_RATIO, strided_inner_bytes
+from ..nodes import static_sizes, under_rollback_scope
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ..scheduler import BaseSchedulerNode
+    from torch._inductor.scheduler import BaseSchedulerNode
 
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
@@ -185,7 +183,7 @@ def split_for_outer_loop_fusion(
     scheduler if the fusion is rejected); elsewhere, e.g. when fusion pairs
     are ranked, this only answers whether the split would apply.
     """
-    from .. import config
+    from torch._inductor import config
 
     if not config.cpp.outer_loop_split:
         return False

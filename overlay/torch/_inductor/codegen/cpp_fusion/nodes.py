@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 import sympy
 
-
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
@@ -33,6 +32,6 @@ def under_rollback_scope(leaves: Iterable) -> bool:
 def is_outer_loop_fused(node) -> bool:
     """Whether ``node`` is the C++ backend's ``OuterLoopFusedSchedulerNode``."""
     # codegen/cpp.py imports the scheduler, which imports this module's users
-    from .codegen.cpp import OuterLoopFusedSchedulerNode
+    from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
 
     return isinstance(node, OuterLoopFusedSchedulerNode)

@@ -48,16 +48,17 @@ from __future__ import annotations
 import unittest.mock
 
 import sympy
+from torch._inductor import config
+from torch._inductor.virtualized import V
 
-from . import config, cpp_fusion_costs as costs
-from .cpp_fusion_costs import (
+from .. import costs
+from ..costs import (
     OUTER_REDUCTION_BLOCK_ROWS,
+    OUTER_REDUCTION_CHAIN_FRACTION,
     OUTER_REDUCTION_CHAIN_MIN_ROW_STRIDE_BYTES,
     OUTER_REDUCTION_MIN_BYTES,
     OUTER_REDUCTION_MIN_ROW,
-    OUTER_REDUCTION_CHAIN_FRACTION,
 )
-from .virtualized import V
 
 # Reductions whose partial results combine by the same reduction.
 SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any"})
@@ -181,8 +182,8 @@ def is_outer_reduction(inner_fn, ranges, reduction_ranges) -> bool:
 def outer_reduction_row_stride(inner_fn, ranges, reduction_ranges) -> int | None:
     """For an outer reduction (``is_outer_reduction``), the smallest stride
     in elements over which a read walks the reduction; None for any other."""
-    from .dependencies import extract_read_writes
-    from .ir import FlexibleLayout
+    from torch._inductor.dependencies import extract_read_writes
+    from torch._inductor.ir import FlexibleLayout
 
     # index realized producers by their layout as it stands, as
     # ComputedBuffer.get_read_writes does

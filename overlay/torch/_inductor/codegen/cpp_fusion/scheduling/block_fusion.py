@@ -6,7 +6,7 @@ in (N, L | C) order and normalizes in (N, C*L) order.  Their memory deps
 never match element by element, so the scheduler finds "no shared data" and
 stock 2.13.0 emits 4 loop nests, each streaming the whole tensor.  Loop
 reordering cannot help without striding the inner loop (its cost guard
-refuses that, see cpp_loop_ordering.py).
+refuses that, see scheduling/loop_ordering.py).
 
 Both nodes do share the outer loop over N, and the C++ backend can fuse
 kernels over shared outer loops (OuterLoopFusedSchedulerNode): each outer
@@ -48,13 +48,13 @@ import operator
 
 import sympy
 import torch
-from torch.utils._sympy.value_ranges import bound_sympy, ValueRanges
+from torch._inductor import config
+from torch._inductor.dependencies import MemoryDep
+from torch._inductor.virtualized import V
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
-from . import config
-from .cpp_fusion_costs import BLOCK_BYTES_IN_CACHE, feeds_every_thread
-from .cpp_fusion_nodes import is_outer_loop_fused
-from .dependencies import MemoryDep
-from .virtualized import V
+from ..costs import BLOCK_BYTES_IN_CACHE, feeds_every_thread
+from ..nodes import is_outer_loop_fused
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
 
@@ -96,7 +96,7 @@ def is_outer_block_fusion(node) -> bool:
     """Whether an outer-loop fused node joins kernels whose deps only agree
     block by block (fused by this module), not element by element.  Such a
     fusion is chosen for the cache reuse of each block: the re-tiled
-    attempt's parallelism guard (cpp_outer_loop_retile.py) keeps it."""
+    attempt's parallelism guard (outer_loop/retile.py) keeps it."""
     return members_join_by_block(node.get_outer_nodes())
 
 

@@ -41,10 +41,11 @@ divides the pixel count (see ``pixel_block``).
 from __future__ import annotations
 
 import torch
+from torch._inductor import config
 from torch._prims_common import get_computation_dtype
 
-from . import config, cpp_fusion_costs as costs
-from .cpp_fusion_costs import GROUP_NORM_MIN_PIXEL_BLOCK, GROUP_NORM_PIXEL_BLOCK
+from .. import costs
+from ..costs import GROUP_NORM_MIN_PIXEL_BLOCK, GROUP_NORM_PIXEL_BLOCK
 
 
 def pixel_block(pixels: int) -> int | None:

@@ -16,7 +16,7 @@ full-vector float32 stores of a kernel's output when
   its start, a sequential pass has evicted it anyway;
 - the output is at least 1/MIN_STREAMED_FRACTION of the cache (1 MiB of
   32 MiB; small outputs stay cached; the cache size and the fraction are the
-  cost model's, cpp_fusion_costs.py);
+  cost model's, costs.py);
 - the kernel does not read that output back itself (directly or through an
   in-place alias).
 
@@ -36,7 +36,7 @@ closes each ``#pragma omp parallel`` block, printed only when the group
 streams), and the kernel ends with one more fence for its serial loops.
 Only x86 (AVX512, AVX2) has non-temporal stores; elsewhere nothing is
 streamed and nothing fenced.  The store and the fence are helpers of
-cpp_kernel_helpers.py (``_mm512_stream_ps`` / ``_mm256_stream_ps``,
+emitters/kernel_helpers.py (``_mm512_stream_ps`` / ``_mm256_stream_ps``,
 ``_mm_sfence``).  Measurements: docs/features/0013-streaming-stores.md.
 
 Flag: ``config.cpp.streaming_stores`` (TORCHINDUCTOR_CPP_STREAMING_STORES).
@@ -49,16 +49,17 @@ import functools
 
 import sympy
 import torch
-from torch.utils._sympy.symbol import free_symbol_is_type, SymT
+from torch._inductor import cpu_vec_isa
+from torch._inductor.codegen.common import DeferredLine, is_buffer_removed
+from torch._inductor.codegen.cpp_utils import cexpr_index
+from torch._inductor.sizevars import stride_at_vec_range
+from torch._inductor.utils import DeferredLineBase, IndentedBuffer
+from torch._inductor.virtualized import V
+from torch.utils._sympy.symbol import SymT, free_symbol_is_type
 
-from .. import cpp_fusion_costs as costs, cpu_vec_isa
-from ..sizevars import stride_at_vec_range
-from ..utils import DeferredLineBase, IndentedBuffer
-from ..virtualized import V
-from . import cpp_kernel_helpers as helpers
-from .common import DeferredLine, is_buffer_removed
-from .cpp_utils import cexpr_index
-from .cpp_invariant_loads import memory_of_buffer
+from .. import costs
+from . import kernel_helpers as helpers
+from .invariant_loads import memory_of_buffer
 
 _FENCE = f"{helpers.STREAM_FENCE.name}();"
 

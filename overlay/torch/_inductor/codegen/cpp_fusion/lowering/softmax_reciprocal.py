@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import torch
 from torch._decomp import decompositions as core
+from torch._inductor import config
 from torch._prims_common import (
     ELEMENTWISE_TYPE_PROMOTION_KIND,
     canonicalize_dim,
     elementwise_dtypes,
 )
 from torch.fx.experimental.symbolic_shapes import statically_known_true
-
-from . import config
 
 
 def multiplies_by_reciprocal(x: torch.Tensor, dim: int) -> bool:

@@ -63,10 +63,10 @@ import operator
 
 import sympy
 import torch
+from torch._inductor import config
 
-from .. import config
-from ..cpp_fusion_costs import ACCUMULATORS, MIN_ITERATIONS_PER_ACCUMULATOR
-from ..cpp_fusion_nodes import is_outer_loop_fused
+from ..costs import ACCUMULATORS, MIN_ITERATIONS_PER_ACCUMULATOR
+from ..nodes import is_outer_loop_fused
 
 # Vector adds per lane that CascadeSumHelper sums before it cascades
 # (its kChunkSize as cpp.py instantiates it).
@@ -192,7 +192,7 @@ def _in_a_function_of_its_own(code, stack) -> None:
 
 
 def _unroll_pragma(count: int) -> str | None:
-    from .. import cpp_builder
+    from torch._inductor import cpp_builder
 
     if cpp_builder.is_gcc():
         return f"#pragma GCC unroll {count}"
@@ -234,7 +234,7 @@ def _is_transcendental(op: str) -> bool:
 
 def _ops_so_far(node) -> set[str]:
     """Op names of the nodes of ``node``'s kernel, up to and including it."""
-    from ..virtualized import V
+    from torch._inductor.virtualized import V
 
     if node is None:
         return set()
@@ -252,7 +252,7 @@ def _ops_so_far(node) -> set[str]:
 def _is_plain_vec_kernel(kernel) -> bool:
     # CppTile2DKernel loads transposed tiles in inner loops of its own;
     # keep its reductions as they are.
-    from .cpp import CppVecKernel
+    from torch._inductor.codegen.cpp import CppVecKernel
 
     return type(kernel) is CppVecKernel
 

@@ -2,7 +2,7 @@
 
 When the kernels of an OuterLoopFusedSchedulerNode cannot share their outer
 loops (stock's loop-level check and the re-tiling of
-cpp_outer_loop_retile.py both refuse), stock emits every member as a loop
+outer_loop/retile.py both refuse), stock emits every member as a loop
 nest of its own, even when all members but the last would merge.  A node
 grows by appending members, so its members without the last one form an
 outer-loop fusion the scheduler accepted too: we generate that node (which
@@ -17,7 +17,7 @@ Flag: ``config.cpp.outer_loop_regroup`` (TORCHINDUCTOR_CPP_OUTER_LOOP_REGROUP).
 
 from __future__ import annotations
 
-from ..scheduler import fusion_log
+from torch._inductor.scheduler import fusion_log
 
 
 def codegen_without_last_member(scheduling, node) -> bool:
@@ -25,7 +25,7 @@ def codegen_without_last_member(scheduling, node) -> bool:
 
     Returns False (nothing generated) for a node of two members.
     """
-    from .cpp import OuterLoopFusedSchedulerNode
+    from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
 
     members = list(node.get_outer_nodes())
     if len(members) <= 2:

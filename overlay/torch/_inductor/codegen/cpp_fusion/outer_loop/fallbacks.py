@@ -10,12 +10,12 @@ lists, in that order; the first one that generates the node ends the search:
 =========  =====================================  ============================
 fallback   what it generates                      its decisions
 =========  =====================================  ============================
-Retile     the node, with vector tiling kept      cpp_outer_loop_retile.py
+Retile     the node, with vector tiling kept      outer_loop/retile.py
            below the fusion depth
-Shallower  the node fused over fewer outer loops  cpp_outer_loop_shallower.py
-Prepend    a producer that joined in front        cpp_outer_block_prepend.py
+Shallower  the node fused over fewer outer loops  shallower.py
+Prepend    a producer that joined in front        block_prepend.py
            alone, then the rest fused
-Regroup    all members but the last fused, then   cpp_outer_loop_regroup.py
+Regroup    all members but the last fused, then   regroup.py
            the last alone
 =========  =====================================  ============================
 
@@ -34,21 +34,25 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import ClassVar, TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
+from torch._inductor import config, metrics
+from torch._inductor.codegen.common import REMOVED, RemovedArg
+from torch._inductor.virtualized import V
 
-from .. import config, cpp_outer_block_prepend, metrics
-from ..virtualized import V
-from . import cpp_outer_loop_regroup, cpp_outer_loop_shallower
-from .common import REMOVED, RemovedArg
-from .cpp_outer_loop_retile import OuterLoopRetile
-
+from ..scheduling import block_prepend
+from . import regroup, shallower
+from .retile import OuterLoopRetile
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from .cpp import CppKernelProxy, CppScheduling, OuterLoopFusedSchedulerNode
+    from torch._inductor.codegen.cpp import (
+        CppKernelProxy,
+        CppScheduling,
+        OuterLoopFusedSchedulerNode,
+    )
 
     # One try at generating the node; True when it generated it.
     Attempt = Callable[[], bool]
@@ -106,7 +110,7 @@ class Regroup(OneAttemptFallback):
     flag = "outer_loop_regroup"
 
     def codegen(self, scheduling, node) -> bool:
-        return cpp_outer_loop_regroup.codegen_without_last_member(scheduling, node)
+        return regroup.codegen_without_last_member(scheduling, node)
 
 
 class Shallower(OuterLoopFallback):
@@ -114,7 +118,7 @@ class Shallower(OuterLoopFallback):
     flag = "outer_loop_shallower_fusion"
 
     def attempts(self, failed: FailedMerge) -> Iterator[Attempt]:
-        attempts = cpp_outer_loop_shallower.shallower_attempts(
+        attempts = shallower.shallower_attempts(
             failed.node, failed.stock_proxies
         )
         for shallow, retile in attempts:
@@ -126,7 +130,7 @@ class Prepend(OneAttemptFallback):
     flag = "outer_block_prepend"
 
     def codegen(self, scheduling, node) -> bool:
-        return cpp_outer_block_prepend.codegen_without_prepended_member(
+        return block_prepend.codegen_without_prepended_member(
             scheduling, node
         )
 

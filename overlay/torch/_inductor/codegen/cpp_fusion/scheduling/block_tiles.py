@@ -2,7 +2,7 @@
 
 Softmax and log_softmax over the channels of an NCHW image read a few
 channels per pixel: the statistics kernel loops over (N, H*W) and its
-consumer over (N, C, H*W).  cpp_outer_block_fusion.py fuses them over N, a
+consumer over (N, C, H*W).  scheduling/block_fusion.py fuses them over N, a
 block per image, when one image fits its cache budget.  An image of three
 256x256 channels (768 KiB) does not, so stock's two loop nests stay, and the
 consumer reads back from memory what the first nest wrote.
@@ -24,19 +24,19 @@ other); ``same_loops_block_depth`` gives the backend the deepest depth at
 which every read stays in its block, over N, and the pair is tiled as above
 where an image exceeds the budget.  A tile's block is then C runs of T
 pixels, not one dense range: ``same_digit_block`` checks such blocks for
-cpp_outer_block_fusion.py.
+scheduling/block_fusion.py.
 
 log_softmax over many channels reaches it a third way: its maximum, sum
 and log merge into one outer-loop fused node over all of (N, H, W), which
-cpp_outer_block_fusion.py does not extend.  Merged to (N, P) and tiled,
+scheduling/block_fusion.py does not extend.  Merged to (N, P) and tiled,
 the statistics loop over (N, P/T, T), fused over (N, P/T), and the tiled
 output joins them there (``_fused_statistics_depth``).  Where no tile's
 block fits in L1 (150 channels), the smallest tile keeps it in L2.
 
 The tiling is speculative: it is applied inside ``Scheduler.can_fuse``
 (whose tracker rolls loop mutations back when the fusion is refused), only
-where cpp_outer_block_fusion.py refused the pair for its cache budget alone,
-and it is undone at once unless cpp_outer_block_fusion.py accepts the tiled
+where scheduling/block_fusion.py refused the pair for its cache budget alone,
+and it is undone at once unless scheduling/block_fusion.py accepts the tiled
 pair: its legality checks (every read in its block, on the tiled index
 expressions) decide, as for any other block fusion.
 
@@ -49,37 +49,36 @@ import itertools
 import math
 
 import sympy
-
 import torch
+from torch._inductor import config, dependencies
+from torch._inductor.loop_body import LoopBody
+from torch._inductor.scheduler import (
+    FusedSchedulerNode,
+    SchedulerNode,
+    _LoopStateSnapshot,
+    refresh_group_node_dependencies,
+)
+from torch._inductor.virtualized import V
 
-from . import config, cpp_fusion_costs, dependencies
-from .cpp_fusion_costs import (
+from .. import costs
+from ..costs import (
     BLOCK_BYTES_IN_CACHE,
+    TILE_BYTES_IN_CACHE,
     feeds_every_thread,
     min_tile,
-    TILE_BYTES_IN_CACHE,
     tile_lanes,
 )
-from .cpp_fusion_nodes import is_outer_loop_fused, static_sizes, under_rollback_scope
-from .cpp_loop_ordering import merge_loops_below, fused_node_group
-from .cpp_outer_block_fusion import (
-    index_bounds,
-    bytes_read,
-    reads_by_block,
-    buffers_shared_by_block,
+from ..nodes import is_outer_loop_fused, static_sizes, under_rollback_scope
+from .block_fusion import (
     block_fusion_refused_for_size,
     block_fusion_score_at,
+    buffers_shared_by_block,
+    bytes_read,
+    index_bounds,
     outer_block_fusion_score,
+    reads_by_block,
 )
-from .loop_body import LoopBody
-from .scheduler import (
-    _LoopStateSnapshot,
-    FusedSchedulerNode,
-    refresh_group_node_dependencies,
-    SchedulerNode,
-)
-from .virtualized import V
-
+from .loop_ordering import fused_node_group, merge_loops_below
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
 
@@ -158,7 +157,7 @@ def _pair_stays_cached(node1, node2) -> bool:
         if not isinstance(numel, (int, sympy.Integer)):
             return False
         touched += int(numel) * V.graph.get_dtype(name).itemsize
-    return touched <= cpp_fusion_costs.last_level_cache_bytes()
+    return touched <= costs.last_level_cache_bytes()
 
 
 def _fused_statistics_depth(scheduler, node1, node2) -> int | None:
@@ -170,7 +169,7 @@ def _fused_statistics_depth(scheduler, node1, node2) -> int | None:
     output loops over (N, C, H, W) and reads them pixel by pixel.  Merged
     and tiled, the statistics loop over (N, P/T, T), fused over (N, P/T),
     which the tiled output shares: it joins as a third member.
-    cpp_outer_block_fusion.py does not extend element-wise outer fusions,
+    scheduling/block_fusion.py does not extend element-wise outer fusions,
     for a failed merge in codegen would unfuse all their members; 0012's
     regroup (required here) then generates the statistics fused, and the
     output on its own.  Where the pair's buffers fit in the last-level cache
@@ -281,7 +280,7 @@ def _merge_loops_and_pick_tile(pair, depth: int, statistics: bool) -> int | None
 
 
 def leaves_of_one_space(node) -> list[SchedulerNode] | None:
-    from .codegen.cpp import OuterLoopFusedSchedulerNode
+    from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
 
     if type(node) not in (
         SchedulerNode,

@@ -6,9 +6,9 @@ kernels: the statistics over (groups,), reading their group's elements at
 ``S*g + k``, and the normalization over (groups, S).  Stock fuses them over
 the group loop, element by element.  A reused erf or exp before the norm is
 stored by a kernel of its own (an op too costly to recompute in each
-consumer, see cpp_fusion_costs.py), whose output the statistics read a
+consumer, see costs.py), whose output the statistics read a
 group block at a time, so no dep matches element by element.
-cpp_outer_block_fusion.py would fuse it block by block, but the scheduler
+scheduling/block_fusion.py would fuse it block by block, but the scheduler
 takes the element-wise pair first (a larger shared-data score), and an
 outer-loop fusion that merges element by element is never extended
 block-wise: one loop nest more than with erf inlined.
@@ -19,7 +19,7 @@ members' merge is the one the fusion already makes, plus the producer's
 kernel), or join a plain pointwise consumer over that consumer's loops.
 Where the producer's loops were merged at lowering, its one loop is split
 into those outer loops and the rest (``_split_and_score``, undone unless
-the pair fuses).  cpp_outer_block_fusion.py's checks decide legality (every
+the pair fuses).  scheduling/block_fusion.py's checks decide legality (every
 read of the producer's output stays in its block, no mutation, no
 intermediate node) and its cost guard applies (one outer iteration's reads
 fit its budget, the outer loop feeds every thread).
@@ -28,7 +28,7 @@ Groups too large to unroll meet the same gap another way: erf over
 (N, C, L) against the statistics over (N*G | C/G*L) share no dep as
 indexed, and stock reindexes a pointwise producer onto a reduction's loops
 only for pairs that already share data.  ``_reindexed_score`` reindexes it
-(cpp_loop_ordering.py's ``try_reindex_pointwise_for_reduction``, applied
+(scheduling/loop_ordering.py's ``try_reindex_pointwise_for_reduction``, applied
 only if a dep then matches) and leaves the decision to stock's vertical
 fusion rules.
 
@@ -46,18 +46,18 @@ import itertools
 import math
 
 import sympy
+from torch._inductor import config, dependencies
+from torch._inductor.loop_body import LoopBody
+from torch._inductor.scheduler import _LoopStateSnapshot, fusion_log
 
-from . import config, dependencies
-from .codegen.cpp_outer_loop_regroup import codegen_alone
-from .cpp_fusion_nodes import is_outer_loop_fused, under_rollback_scope
-from .cpp_outer_block_fusion import block_fusion_score_at, members_join_by_block
-from .cpp_outer_block_tiles import (
+from ..nodes import is_outer_loop_fused, under_rollback_scope
+from ..outer_loop.regroup import codegen_alone
+from .block_fusion import block_fusion_score_at, members_join_by_block
+from .block_tiles import (
     apply_loop_bodies,
     leaves_of_one_space,
     static_iter_sizes,
 )
-from .loop_body import LoopBody
-from .scheduler import _LoopStateSnapshot, fusion_log
 
 
 def prepend_fusion_score(scheduler, node1, node2) -> int:
@@ -90,7 +90,7 @@ def _reindexed_score(scheduler, node1, node2) -> int:
     apart at lowering ((N, C, L) against GroupNorm's (N*G | C/G*L)) shares
     none as indexed, so the pair never gets there: erf stored by its own
     loop nest where stock, inlining it, has none."""
-    from .cpp_loop_ordering import try_reindex_pointwise_for_reduction
+    from .loop_ordering import try_reindex_pointwise_for_reduction
 
     leaves = leaves_of_one_space(node1)
     if leaves is None or node1.is_reduction():
@@ -190,7 +190,7 @@ def _joins_in_front(scheduler, node1, node2) -> bool:
     if is_outer_loop_fused(node2) and members_join_by_block(
         node2.get_outer_nodes()
     ):
-        return False  # a block fusion: cpp_outer_block_fusion.py extends it
+        return False  # a block fusion: scheduling/block_fusion.py extends it
     device = node1.get_device()
     if device is None or device.type != "cpu" or node2.get_device() != device:
         return False
@@ -201,7 +201,7 @@ def codegen_without_prepended_member(scheduling, node) -> bool:
     """Generate ``node`` as its first member alone, then the rest fused,
     when the first member joined it in front block by block; else False
     (nothing generated)."""
-    from .codegen.cpp import OuterLoopFusedSchedulerNode
+    from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
 
     members = list(node.get_outer_nodes())
     rest = members[1:]

@@ -10,7 +10,7 @@ elsewhere (a plain store, no fence, no prefetch).
 A helper is a ``Helper``: its name, its C++ definition and its place among
 the definitions.  The streaming stores' helpers are defined here; a feature
 may keep its own in its module (as the prefetch of
-cpp_outer_loop_prefetch.py).  A kernel records the helpers it calls with
+emitters/prefetch.py).  A kernel records the helpers it calls with
 ``use(args, helper)`` on its ``KernelArgs``, the object the kernels of a
 group share; ``KernelGroup.codegen_group`` writes their definitions after
 the ``cpp_prefix.h`` include (``write_definitions``), in the helpers' fixed
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..utils import IndentedBuffer
+from torch._inductor.utils import IndentedBuffer
 
 
 class Helper(NamedTuple):

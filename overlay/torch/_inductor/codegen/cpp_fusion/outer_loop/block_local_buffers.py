@@ -1,6 +1,6 @@
 """Per-iteration local buffers for outer-loop fusions across loop orders.
 
-An outer-loop fusion made by cpp_outer_block_fusion.py joins kernels that
+An outer-loop fusion made by scheduling/block_fusion.py joins kernels that
 read each other's outputs block by block (softmax over channels: max over
 C, exp, sum over C, divide, fused over N).  An intermediate that only the
 fused kernels read (the exp) is then written and re-read within one outer
@@ -19,7 +19,7 @@ index o onto [0, S) for the writer and every reader, provided that:
   (index = base(o) + w(inner), w a bijection onto [0, S)), and the local
   buffer has the writer's inner loop sizes;
 - every read has the same base(o) and stays inside [0, S)
-  (cpp_outer_block_fusion checks both, as for the fusion itself);
+  (cpp_fusion.scheduling.block_fusion checks both, as for the fusion itself);
 - no reader has loop variables the writer lacks (the rewriting keeps
   variables by name).
 
@@ -30,16 +30,17 @@ from __future__ import annotations
 
 import math
 
-from .. import ir
-from ..cpp_outer_block_fusion import (
+from torch._inductor import ir
+from torch._inductor.virtualized import V
+
+from ..scheduling.block_fusion import (
     body_accesses,
     dense_block_size,
-    outer_blocks_disjoint,
-    same_block,
     fusion_log,
     is_outer_block_fusion,
+    outer_blocks_disjoint,
+    same_block,
 )
-from ..virtualized import V
 
 
 def block_local_buffers(node, first_index: int) -> list[tuple[ir.Buffer, ir.Buffer]]:

@@ -8,7 +8,7 @@ nothing of the overlay (upstream modules only), and any feature module may
 import it.
 
 It also holds two lowering choices that pay off once rows are fused into one
-outer loop.  With outer-loop fusion (``codegen/cpp_outer_loop_retile.py``)
+outer loop.  With outer-loop fusion (``outer_loop/retile.py``)
 the passes of a normalization run one row at a time, so a row read twice
 comes from cache.  Two lowering heuristics of stock Inductor assume the
 opposite, that every pass goes to memory, and pick compute over traffic:
@@ -29,12 +29,10 @@ import os
 from pathlib import Path
 
 import sympy
-
-from .utils import parallel_num_threads
-
+from torch._inductor.utils import parallel_num_threads
 
 # Rows up to this many elements (512 KiB of float32: half of a 1 MiB L2, the
-# bound cpp_outer_block_fusion.py puts on a block) stay in L2 between the
+# bound scheduling/block_fusion.py puts on a block) stay in L2 between the
 # passes of an outer-loop fused normalization.  A diffusion UNet's
 # GroupNorm(32, C) over 64x64 maps has groups of 40960 (C = 320) to 122880
 # (C = 960) elements; fused, they read the map from memory once.
@@ -46,16 +44,16 @@ ROW_WORTH_TWO_STEPS = 2048
 
 # A buffer up to this size stays in a core's L2 cache while a loop walks it
 # with a stride, so a loop reorder that strides the innermost loop over it
-# (cpp_loop_ordering.reorder_is_worthwhile) moves no extra memory.
+# (cpp_fusion.scheduling.loop_ordering.reorder_is_worthwhile) moves no extra memory.
 STRIDED_ACCESS_STAYS_CACHED = 256 * 1024
 
 # Bytes the consumer of an outer-block fusion may read in one outer
-# iteration (cpp_outer_block_fusion.py): half of a 1 MiB L2, so the block the
+# iteration (scheduling/block_fusion.py): half of a 1 MiB L2, so the block the
 # producer's passes left is still there.
 BLOCK_BYTES_IN_CACHE = 512 * 1024
 
 # Bytes the consumer of an outer-block fusion over tiles of the innermost
-# loop (cpp_outer_block_tiles.py) reads per tile: a core's L1 data cache, so
+# loop (scheduling/block_tiles.py) reads per tile: a core's L1 data cache, so
 # the tile the producer wrote is read back from L1.
 TILE_BYTES_IN_CACHE = 32 * 1024
 # Tiles are whole vectors of the widest registers any supported ISA has
@@ -190,7 +188,7 @@ def row_stays_cached(row_numel: int) -> bool:
 
 # A split of a consumer's loops that changes its innermost (vectorized)
 # extent is only taken when the consumer is this many times smaller than its
-# producer (cpp_outer_loop_split.py): it may then lose vector efficiency, but
+# producer (outer_loop/split.py): it may then lose vector efficiency, but
 # on a negligible share of the work.
 SMALL_CONSUMER_RATIO = 16
 
@@ -216,8 +214,8 @@ def strided_inner_bytes(node, count_cached: bool = True) -> int:
 
 def strided_inner_deps(node, count_cached: bool = True) -> list:
     """``(dep, bytes)`` of the accesses ``strided_inner_bytes`` counts."""
-    from .dependencies import MemoryDep
-    from .virtualized import V
+    from torch._inductor.dependencies import MemoryDep
+    from torch._inductor.virtualized import V
 
     strided = []
     for dep in node.read_writes.reads_and_writes():

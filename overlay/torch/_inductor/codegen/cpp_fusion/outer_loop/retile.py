@@ -23,28 +23,26 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import cast, TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import sympy
-
 import torch
+from torch._inductor import metrics
+from torch._inductor.codegen.cpp import CppScheduling, CppVecKernel, TilingSelect
+from torch._inductor.virtualized import V
 
-from .. import metrics
-from ..cpp_fusion_costs import (
-    balances_over_threads,
+from ..costs import (
     INNER_TO_OUTER,
-    rows_feed_every_thread,
     SMALL_KERNEL_ITERATIONS,
     VECTOR_LANES,
+    balances_over_threads,
+    rows_feed_every_thread,
 )
-from ..virtualized import V
-from .cpp import CppScheduling, CppVecKernel, TilingSelect
-
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .cpp import CppKernelProxy, OuterLoopFusedSchedulerNode
+    from torch._inductor.codegen.cpp import CppKernelProxy, OuterLoopFusedSchedulerNode
 
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
@@ -154,7 +152,7 @@ class OuterLoopRetile:
     for the attempt with three checks: the outer levels agree, the fused outer
     loop is still the one worth parallelizing, and little vectorized work turns
     scalar.  The thresholds (INNER_TO_OUTER, ...) are the cost model's,
-    cpp_fusion_costs.py.
+    costs.py.
     """
 
     def __init__(self, node: OuterLoopFusedSchedulerNode, vectorized_before):

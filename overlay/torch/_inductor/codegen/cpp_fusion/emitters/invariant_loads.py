@@ -34,14 +34,12 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 import sympy
-
-from ..utils import IndentedBuffer
-from ..virtualized import V
-from .common import DeferredLine, InplacedBuffer
-
+from torch._inductor.codegen.common import DeferredLine, InplacedBuffer
+from torch._inductor.utils import IndentedBuffer
+from torch._inductor.virtualized import V
 
 if TYPE_CHECKING:
-    from .cpp import CppKernel, LoopLevel, LoopNest
+    from torch._inductor.codegen.cpp import CppKernel, LoopLevel, LoopNest
 
 
 @dataclasses.dataclass(eq=False)
@@ -169,7 +167,7 @@ def _runs_serially_at_least_once(loop: LoopLevel) -> bool:
 def _kernels(proxy) -> list[CppKernel]:
     """The proxy's kernels, or none when one of them has inner loops of its
     own (2-D tiles) or code moved under an inner tail loop."""
-    from .cpp import CppKernelProxy, CppTile2DKernel
+    from torch._inductor.codegen.cpp import CppKernelProxy, CppTile2DKernel
 
     if not isinstance(proxy, CppKernelProxy):
         return []

@@ -38,7 +38,7 @@ sympy index: the stride of the fused loop variable is the index's static
 coefficient of it), the kernel group's argument sizes, and the first pass's
 nodes (their ``LoopBody`` op counts tell a pass bound by its math), then
 generates the passes.  The prefetch is a C++ helper defined here and
-written before the kernel by cpp_kernel_helpers.py: ``__builtin_prefetch``
+written before the kernel by emitters/kernel_helpers.py: ``__builtin_prefetch``
 on GCC and Clang, ``_mm_prefetch`` / ``__prefetch`` on MSVC, nothing on
 another compiler.  Measurements: docs/features/0014-prefetching-the-next-rows.md.
 
@@ -54,13 +54,14 @@ from typing import Any
 
 import sympy
 import torch
+from torch._inductor.codegen.cpp_utils import cexpr_index
+from torch._inductor.utils import DeferredLineBase
+from torch._inductor.virtualized import V
 
-from .. import cpp_fusion_costs as costs
-from ..utils import DeferredLineBase
-from ..virtualized import V
-from . import cpp_kernel_helpers as helpers, cpp_streaming_stores as streaming
-from .cpp_invariant_loads import memory_of_buffer
-from .cpp_utils import cexpr_index
+from .. import costs
+from . import kernel_helpers as helpers
+from . import streaming_stores as streaming
+from .invariant_loads import memory_of_buffer
 
 log = torch._logging.getArtifactLogger(__name__, "fusion")
 
@@ -88,7 +89,7 @@ inline void prefetch_ahead(const void* ptr, std::ptrdiff_t bytes) {
 }
 #endif"""
 # The helper the kernels call (written before the kernel function, after
-# the streaming stores' helpers: cpp_kernel_helpers.py).
+# the streaming stores' helpers: emitters/kernel_helpers.py).
 PREFETCH = helpers.Helper("prefetch_ahead", _PREFETCH_DEFINITION, 2)
 # LoopBody ops whose cost per element dwarfs a load's: a pass that computes
 # one of them is bound by its math, not by memory.
@@ -332,7 +333,7 @@ def _bound_by_its_math(proxy) -> bool:
 def _first_pass_nodes(proxy) -> list:
     """The scheduler nodes of the outer-loop fused node's first member; the
     node is the one whose nodes the kernel group scheduled last."""
-    from .cpp import OuterLoopFusedSchedulerNode
+    from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
 
     scheduled = proxy.kernel_group.scheduled_nodes
     if not scheduled:

@@ -1,0 +1,23 @@
+"""The C++ (CPU) backend's fusion work that is not in upstream's own files.
+
+``codegen/cpp.py``, ``scheduler.py`` and the lowering files call into this
+package from small hooks; each feature has one ``config.cpp`` flag, and with
+every flag off the hooks give stock codegen.  Modules, by what they decide:
+
+scheduling/   which nodes fuse and in which loop order (scheduler side):
+              loop_ordering, block_fusion, block_tiles, block_prepend
+outer_loop/   how an outer-loop fused node becomes one loop nest, and what
+              a failed merge tries next: split, retile, fallbacks,
+              shallower, regroup, block_local_buffers
+emitters/     what a kernel prints inside its loops: accumulators,
+              invariant_loads, streaming_stores, prefetch, kernel_helpers
+lowering/     lowerings and decompositions the fusions depend on:
+              softmax_reciprocal, group_norm_channel_sums,
+              outer_reduction_blocks
+costs         the cost model's constants and rules (imports nothing here)
+nodes         questions about scheduler nodes that several features ask
+
+Modules import upstream's classes at their top, so upstream files import
+them inside the functions that call them: a top-level import there would be
+a cycle.
+"""

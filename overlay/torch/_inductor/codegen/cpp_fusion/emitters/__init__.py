@@ -1,0 +1,1 @@
+"""What a C++ kernel prints in its loops: accumulators, hoisted loads, stores."""

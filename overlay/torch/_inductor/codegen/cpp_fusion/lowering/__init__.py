@@ -1,0 +1,1 @@
+"""Lowerings and decompositions that the C++ backend's fusions depend on."""

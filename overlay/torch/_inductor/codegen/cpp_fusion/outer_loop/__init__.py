@@ -1,0 +1,1 @@
+"""Outer-loop fused nodes as one loop nest, and what a failed merge tries next."""

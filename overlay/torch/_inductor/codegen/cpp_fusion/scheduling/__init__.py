@@ -1,0 +1,1 @@
+"""Scheduler-side decisions of the C++ backend: which nodes fuse, in what loop order."""
