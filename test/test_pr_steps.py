@@ -17,7 +17,7 @@ from conftest import REPO_ROOT
 
 from tools import pr
 from fusion_overlay.patchset import load_overlay_files, load_series
-from tools.pr_slice import Slicer, SliceError, imports_in_text
+from tools.pr_slice import Slicer, SliceError, attribute_uses, imports_in_text
 from tools.pr_steps import FAILED, PASSED, SKIPPED, overlay_tree, junit_outcomes
 from tools.pr_tests import TestExportError, drop_absent_flags, to_upstream
 
@@ -299,3 +299,25 @@ def test_a_test_that_fails_at_its_first_commit_moves_to_the_next(tmp_path):
     assert "all passed" in export.checks[-1]
     assert len(load_series().patches) == len(export.patches)
     assert set(load_overlay_files())  # the series is the repo's
+
+
+def test_module_calls_in_comments_strings_and_file_names_are_not_uses():
+    text = (
+        "    # see cpp_fusion/emitters/prefetch.py and prefetch.plan\n"
+        '    y = prefetch.emit("prefetch.slot")\n'
+        '    """the prose of a docstring, prefetch.py\n'
+    )
+    assert attribute_uses(text) == {"prefetch": {"emit"}}
+
+
+def test_a_later_patch_calls_through_an_alias_an_earlier_patch_bound():
+    files = {"torch/_inductor/codegen/cpp_fusion/emitters/prefetch.py"}
+    cpp = "torch/_inductor/codegen/cpp.py"
+    aliases: dict[str, str] = {}
+    first = imports_in_text(
+        cpp, "from .cpp_fusion.emitters import prefetch\n", files, aliases
+    )
+    later = imports_in_text(cpp, "        prefetch.plan(kernel)\n", files, aliases)
+    (module,) = files
+    assert first == {module: set()}
+    assert later == {module: {"plan"}}

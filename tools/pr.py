@@ -322,7 +322,9 @@ def modules_named_by(patch: Patch, dep3: Dep3, overlay: dict[str, bytes]) -> lis
             )
     for importer, lines in added_lines_by_file(patch).items():
         named |= imported_paths(importer, lines) & set(overlay)
-    return sorted(named)
+    # `from .cpp_fusion.emitters import prefetch` names prefetch.py, not the
+    # package: an __init__.py lands with its package's first module
+    return sorted(rel for rel in named if not rel.endswith("/__init__.py"))
 
 
 def module_stem(rel: str) -> str:
@@ -346,11 +348,19 @@ class PlannedCommit:
     edits_applied: bool = False  # the upstream test files were there to edit
 
 
-def hook_imports(patch: Patch, overlay: dict[str, bytes]) -> dict[str, set[str]]:
-    """{overlay module: names} the added lines of the patch import."""
+def hook_imports(
+    patch: Patch,
+    overlay: dict[str, bytes],
+    aliases: dict[str, dict[str, str]] | None = None,
+) -> dict[str, set[str]]:
+    """{overlay module: names} the added lines of the patch import, or call
+    through a module alias that they or an earlier patch's lines bound in the
+    same file (`aliases`: {upstream file: {alias: module}}, updated)."""
+    aliases = {} if aliases is None else aliases
     out: dict[str, set[str]] = {}
     for importer, lines in added_lines_by_file(patch).items():
-        found = imports_in_text(importer, "\n".join(lines), overlay)
+        bound = aliases.setdefault(importer, {})
+        found = imports_in_text(importer, "\n".join(lines), overlay, bound)
         for rel, names in found.items():
             out.setdefault(rel, set()).update(names)
     return out
@@ -400,10 +410,12 @@ def plan_commits(
     patches = series.patches
     named: list[list[str]] = []
     hooks: list[dict[str, set[str]]] = []
+    aliases: dict[str, dict[str, str]] = {}
     for patch in patches:
         dep3 = parse_dep3(patch)
-        named.append(modules_named_by(patch, dep3, overlay))
-        hooks.append(hook_imports(patch, overlay))
+        hooks.append(hook_imports(patch, overlay, aliases))
+        by_origin = modules_named_by(patch, dep3, overlay)
+        named.append(sorted(set(by_origin) | set(hooks[-1])))
     owners: dict[str, list[int]] = {rel: [] for rel in overlay}
     for index, rels in enumerate(named):
         for rel in rels:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import io
 import re
+import tokenize
 from collections.abc import Iterable
 
 
@@ -359,12 +361,18 @@ class Slicer:
 
 
 def imports_in_text(
-    importer: str, text: str, files: Iterable[str]
+    importer: str,
+    text: str,
+    files: Iterable[str],
+    aliases: dict[str, str] | None = None,
 ) -> dict[str, set[str]]:
     """{module file of ours: names} that the import statements in `text`
     (a file's added lines, parsed one statement at a time) bring in.
     `from .m import a, b` gives a and b; `import x.m as m` or `from . import
-    m` with attribute uses gives every `m.attr` in the text."""
+    m` with attribute uses gives every `m.attr` in the text.  `aliases`
+    ({alias: module file}) carries the module aliases an earlier patch's
+    lines bound in the same file: a later patch that only calls `m.attr`
+    uses them; the ones `text` binds are added to it."""
     files = set(files)
     probe = ModuleSource(importer, "", files)
     out: dict[str, set[str]] = {}
@@ -374,7 +382,7 @@ def imports_in_text(
         text,
         flags=re.M,
     )
-    aliases: dict[str, str] = {}
+    aliases = {} if aliases is None else aliases
     for statement in statements:
         try:
             node = ast.parse(statement.strip()).body[0]
@@ -388,6 +396,37 @@ def imports_in_text(
                 out.setdefault(binding.module, set())
             else:
                 out.setdefault(binding.module, set()).add(binding.name)
+    uses = attribute_uses(text)
     for alias, module in aliases.items():
-        out[module] |= set(re.findall(rf"\b{re.escape(alias)}\.(\w+)", text))
+        if uses.get(alias):
+            out.setdefault(module, set()).update(uses[alias])
     return out
+
+
+def attribute_uses(text: str) -> dict[str, set[str]]:
+    """{name: attributes} of every `name.attr` in code, not in a comment or a
+    string, nor a file name (`see cpp_fusion/emitters/prefetch.py` in the
+    middle of a docstring uses nothing).  `text` may be a fragment (a patch's
+    added lines): it is read dedented, and after a token error the reading
+    starts again on the next line."""
+    lines = [line.lstrip() for line in text.splitlines(keepends=True)]
+    tokens: list[tokenize.TokenInfo] = []
+    start = 0
+    while start < len(lines):
+        chunk = io.StringIO("".join(lines[start:]))
+        try:
+            tokens.extend(tokenize.generate_tokens(chunk.readline))
+            break
+        except (tokenize.TokenError, SyntaxError) as error:
+            failed = error.args[1][0] if len(error.args) > 1 else len(lines)
+            start += max(failed, 1)
+    uses: dict[str, set[str]] = {}
+    for first, dot, attr in zip(tokens, tokens[1:], tokens[2:]):
+        if (
+            first.type == tokenize.NAME
+            and dot.string == "."
+            and attr.type == tokenize.NAME
+            and attr.string != "py"
+        ):
+            uses.setdefault(first.string, set()).add(attr.string)
+    return uses

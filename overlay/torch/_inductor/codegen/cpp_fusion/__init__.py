@@ -17,7 +17,11 @@ lowering/     lowerings and decompositions the fusions depend on:
 costs         the cost model's constants and rules (imports nothing here)
 nodes         questions about scheduler nodes that several features ask
 
-Modules import upstream's classes at their top, so upstream files import
-them inside the functions that call them: a top-level import there would be
-a cycle.
+Upstream files import these modules at their top and call
+``module.function``, so that a test or the fuzzer can wrap a function.  Two
+modules are imported where they are called: outer_loop.retile subclasses a class of
+codegen/cpp.py and outer_loop.fallbacks uses it, so a top-level import in
+codegen/cpp.py would be a cycle.  decomposition.py's two wrappers import
+their lowering where they call it, so that ``softmax`` and
+``native_group_norm`` do not read as module-level names of that file.
 """

@@ -1,0 +1,132 @@
+"""The overlay's structure, as a reader meets it: one package, no cycle among
+its modules, no private name across modules, no module-level state, and
+upstream files that import it at their top."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import torch._inductor
+
+from fusion_overlay.patchset import load_overlay_files
+
+PACKAGE = "torch._inductor.codegen.cpp_fusion"
+PACKAGE_DIR = "torch/_inductor/codegen/cpp_fusion/"
+# (upstream file, overlay module) imported inside a function, and why: the
+# module imports codegen/cpp.py's classes (a cycle at the top), or the name
+# would read as the file's own (decomposition.py's softmax).
+LOCAL_IMPORTS = {
+    ("codegen/cpp.py", f"{PACKAGE}.outer_loop.fallbacks"),
+    ("codegen/cpp.py", f"{PACKAGE}.outer_loop.retile"),
+    ("decomposition.py", f"{PACKAGE}.lowering.softmax_reciprocal"),
+    ("decomposition.py", f"{PACKAGE}.lowering.group_norm_channel_sums"),
+}
+PATCHED = ("codegen/cpp.py", "scheduler.py", "ir.py", "lowering.py", "decomposition.py")
+
+
+def module_name(rel: str) -> str:
+    name = rel.removesuffix(".py").replace("/", ".")
+    return name.removesuffix(".__init__")
+
+
+def absolute(importer: str, node: ast.ImportFrom, is_package: bool) -> str:
+    if node.level == 0:
+        return node.module or ""
+    parts = importer.split(".")
+    parts = parts[: len(parts) - node.level + (1 if is_package else 0)]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def overlay_modules() -> dict[str, tuple[str, ast.Module]]:
+    files = load_overlay_files()
+    return {
+        module_name(rel): (rel, ast.parse(data.decode())) for rel, data in files.items()
+    }
+
+
+def imports_of(name: str, rel: str, tree: ast.Module, modules) -> list[tuple[str, str]]:
+    """(overlay module, imported name) of every `from ... import` in the module."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            target = absolute(name, node, rel.endswith("__init__.py"))
+            for alias in node.names:
+                if f"{target}.{alias.name}" in modules:
+                    found.append((f"{target}.{alias.name}", ""))
+                elif target in modules:
+                    found.append((target, alias.name))
+    return found
+
+
+def test_every_overlay_module_is_in_the_package():
+    assert all(rel.startswith(PACKAGE_DIR) for rel in load_overlay_files())
+
+
+def test_no_private_name_crosses_a_module():
+    modules = overlay_modules()
+    crossing = [
+        f"{name} imports {imported} from {target}"
+        for name, (rel, tree) in modules.items()
+        for target, imported in imports_of(name, rel, tree, modules)
+        if imported.startswith("_") and target != name
+    ]
+    assert not crossing
+
+
+def test_the_import_graph_of_the_package_has_no_cycle():
+    modules = overlay_modules()
+    edges = {
+        name: {
+            target
+            for node in tree.body  # top-level imports run at import time
+            if isinstance(node, ast.ImportFrom)
+            for target, _ in imports_of(name, rel, ast.Module([node], []), modules)
+        }
+        for name, (rel, tree) in modules.items()
+    }
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, " -> ".join((*path, name))
+        if name in done:
+            return
+        for target in edges[name]:
+            visit(target, (*path, name))
+        done.add(name)
+
+    for name in edges:
+        visit(name, ())
+
+
+def test_no_module_keeps_state_at_module_level():
+    # Per-kernel and per-node state is an attribute of the kernel or node;
+    # a module-level table or registry would outlive a compile.
+    stateful = ("WeakKeyDictionary", "WeakSet", "WeakValueDictionary", "defaultdict")
+    found = []
+    for name, (_, tree) in overlay_modules().items():
+        for node in tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                value = node.value
+                mutable = isinstance(value, (ast.Dict, ast.List, ast.Set))
+                call = isinstance(value, ast.Call) and ast.unparse(value.func).split(
+                    "."
+                )[-1] in (*stateful, "dict", "list", "set")
+                if mutable or call:
+                    found.append(f"{name}: {ast.unparse(node)[:60]}")
+    assert not found
+
+
+def test_upstream_files_import_the_overlay_at_their_top():
+    root = Path(torch._inductor.__file__).parent
+    local = set()
+    for rel in PATCHED:
+        importer = module_name(f"torch/_inductor/{rel}")
+        tree = ast.parse((root / rel).read_text())
+        top = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and id(node) not in top:
+                target = absolute(importer, node, False)
+                if target.startswith(PACKAGE):
+                    local.add((rel, target))
+    assert local == LOCAL_IMPORTS
