@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -73,8 +74,12 @@ def _module_of(package: str, name: str) -> str:
     the overlay (`from .cpp_fusion.emitters import prefetch`), else the
     module the name is defined in."""
     candidate = f"{package}.{name}".lstrip(".")
-    modules = {_short(rel) for rel in load_overlay_files()}
-    return candidate if candidate in modules else package
+    return candidate if candidate in _overlay_modules() else package
+
+
+@functools.cache
+def _overlay_modules() -> frozenset[str]:
+    return frozenset(_short(rel) for rel in load_overlay_files())
 
 
 def _collect(node, scope, imported, file, sites) -> None:

@@ -19,6 +19,7 @@ not a patch file name, and a commit that touches a file outside torch/.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,8 +49,6 @@ def git(repo: Path, *args: str, input: str | None = None) -> str:
 
 
 def _git_env() -> dict[str, str]:
-    import os
-
     identity = {"GIT_AUTHOR_NAME": "series", "GIT_AUTHOR_EMAIL": "series@localhost"}
     identity |= {"GIT_COMMITTER_NAME": "series"}
     identity |= {"GIT_COMMITTER_EMAIL": "series@localhost"}
