@@ -10,6 +10,7 @@ from pathlib import Path
 import torch._inductor
 
 from fusion_overlay.patchset import load_overlay_files
+from tools.hooks import absolute_module
 
 PACKAGE = "torch._inductor.codegen.cpp_fusion"
 PACKAGE_DIR = "torch/_inductor/codegen/cpp_fusion/"
@@ -30,14 +31,6 @@ def module_name(rel: str) -> str:
     return name.removesuffix(".__init__")
 
 
-def absolute(importer: str, node: ast.ImportFrom, is_package: bool) -> str:
-    if node.level == 0:
-        return node.module or ""
-    parts = importer.split(".")
-    parts = parts[: len(parts) - node.level + (1 if is_package else 0)]
-    return ".".join(parts + ([node.module] if node.module else []))
-
-
 def overlay_modules() -> dict[str, tuple[str, ast.Module]]:
     files = load_overlay_files()
     return {
@@ -50,7 +43,7 @@ def imports_of(name: str, rel: str, tree: ast.Module, modules) -> list[tuple[str
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            target = absolute(name, node, rel.endswith("__init__.py"))
+            target = absolute_module(name, node, rel.endswith("__init__.py"))
             for alias in node.names:
                 if f"{target}.{alias.name}" in modules:
                     found.append((f"{target}.{alias.name}", ""))
@@ -126,7 +119,7 @@ def test_upstream_files_import_the_overlay_at_their_top():
         top = {id(node) for node in tree.body}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and id(node) not in top:
-                target = absolute(importer, node, False)
+                target = absolute_module(importer, node)
                 if target.startswith(PACKAGE):
                     local.add((rel, target))
     assert local == LOCAL_IMPORTS

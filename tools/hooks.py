@@ -43,10 +43,15 @@ and the upstream functions that call into it (file: class.method).
 """
 
 
-def _absolute(importer: str, node: ast.ImportFrom) -> str:
+def absolute_module(
+    importer: str, node: ast.ImportFrom, is_package: bool = False
+) -> str:
+    """The module a `from ... import` in module `importer` reads from
+    (`is_package`: `importer` is a package's `__init__`)."""
     if node.level == 0:
         return node.module or ""
-    parts = importer.split(".")[: -node.level]
+    parts = importer.split(".")
+    parts = parts[: len(parts) - node.level + (1 if is_package else 0)]
     return ".".join(parts + ([node.module] if node.module else []))
 
 
@@ -59,7 +64,7 @@ def call_sites(inductor_dir: Path) -> dict[str, set[str]]:
         imported: dict[str, str] = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                target = _absolute(importer, node)
+                target = absolute_module(importer, node)
                 if target == PACKAGE or target.startswith(PACKAGE + "."):
                     for alias in node.names:
                         imported[alias.asname or alias.name] = _module_of(
