@@ -158,7 +158,8 @@ bench-shapes: install
 	$(VENV_PY) -m tools.results_pages --publish shapes
 
 # make bench-compile-time: tools/compile_time.py (CPU seconds of compiling,
-# one process per variant and round).  COMPILE_TIME_ARGS e.g. --suite all --rounds 5
+# one process per variant and round).  COMPILE_TIME_ARGS e.g. --suite all --rounds 5,
+# or --count-calls (Python calls under cProfile: load-independent, one round)
 COMPILE_TIME_ARGS ?=
 bench-compile-time: install model-deps
 	$(VENV_PY) -m tools.compile_time $(COMPILE_TIME_ARGS)

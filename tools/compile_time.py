@@ -17,6 +17,11 @@ far less than wall time when other jobs share the cores, but it still moves
 (caches, frequency): variants alternate in order over the rounds and the
 report gives the median and range of each, and the ratios of medians.
 
+``--count-calls`` counts instead of timing: the Python function calls of
+each compile under ``cProfile``, which do not depend on the machine's load
+(one round is enough).  ``--profile-out DIR`` also writes each variant's
+merged profile (``pstats``) there, to look for the hot spots.
+
 Suites: ``mismatch`` is the 13 programs of reductions over a middle dimension
 with broadcasting consumers (test/test_outer_block_fusion.py's
 MISMATCH_PROGRAMS); ``models`` is tools/bench_models.py's timed models;
@@ -95,8 +100,15 @@ def _cpu_seconds() -> tuple[float, float]:
     return own, children.children_user + children.children_system
 
 
-def child(suite: str, variant: str, quick: bool, only: set[str]) -> dict:
-    """Compile the suite once under ``variant``; CPU seconds per program."""
+def child(
+    suite: str, variant: str, quick: bool, only: set[str], profile_out: str = ""
+) -> dict:
+    """Compile the suite once under ``variant``; CPU seconds per program, and
+    with ``profile_out`` the Python calls per program (the merged profile is
+    written to ``profile_out/<suite>-<variant>.pstats``)."""
+    import cProfile
+    import pstats
+
     import torch
     from torch._inductor import config
 
@@ -106,6 +118,7 @@ def child(suite: str, variant: str, quick: bool, only: set[str]) -> dict:
     with config.patch(patch), torch.no_grad():
         torch.compile(_fresh(lambda x: x.sin() + 1))(torch.randn(8))
     per_program = {}
+    merged: pstats.Stats | None = None
     for name, fn, args, *program_config in SUITES[suite](quick):
         if only and name not in only:
             continue
@@ -115,21 +128,34 @@ def child(suite: str, variant: str, quick: bool, only: set[str]) -> dict:
         target = fn if isinstance(fn, torch.nn.Module) else _fresh(fn)
         # a program's own config (the fuzz seeds') under the variant's flags
         program_patch = {**(program_config[0] if program_config else {}), **patch}
+        profiler = cProfile.Profile() if profile_out else None
         with config.patch(program_patch), torch.no_grad():
+            if profiler:
+                profiler.enable()
             torch.compile(target, fullgraph=True)(*args)
+            if profiler:
+                profiler.disable()
         own1, kids1 = _cpu_seconds()
         per_program[name] = {
             "python_cpu_s": own1 - own0,
             "cxx_cpu_s": kids1 - kids0,
             "wall_s": time.perf_counter() - wall0,
         }
+        if profiler:
+            stats = pstats.Stats(profiler)
+            per_program[name]["python_calls"] = stats.total_calls  # type: ignore[attr-defined]
+            merged = stats if merged is None else merged.add(stats)
+    if merged is not None:
+        Path(profile_out).mkdir(parents=True, exist_ok=True)
+        merged.dump_stats(str(Path(profile_out) / f"{suite}-{variant}.pstats"))
     return per_program
 
 
-def _run_child(suite, variant, quick, only) -> dict:
+def _run_child(suite, variant, quick, only, profile_out="") -> dict:
     cmd = [sys.executable, "-m", "tools.compile_time", "--child", variant]
     cmd += ["--suite", suite, "--only", ",".join(sorted(only))]
     cmd += ["--quick"] if quick else []
+    cmd += ["--profile-out", profile_out] if profile_out else []
     env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
     done = subprocess.run(
         cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False
@@ -141,17 +167,21 @@ def _run_child(suite, variant, quick, only) -> dict:
 
 def _totals(per_program: dict) -> dict[str, float]:
     keys = ("python_cpu_s", "cxx_cpu_s", "wall_s")
+    if all("python_calls" in p for p in per_program.values()):
+        keys += ("python_calls",)
     totals = {k: sum(p[k] for p in per_program.values()) for k in keys}
     totals["cpu_s"] = totals["python_cpu_s"] + totals["cxx_cpu_s"]
     return totals
 
 
-def measure(suite: str, rounds: int, quick: bool, only: set[str]) -> dict:
+def measure(
+    suite: str, rounds: int, quick: bool, only: set[str], profile_out: str = ""
+) -> dict:
     runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     for r in range(rounds):
         order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
         for variant in order:
-            runs[variant].append(_run_child(suite, variant, quick, only))
+            runs[variant].append(_run_child(suite, variant, quick, only, profile_out))
             total = _totals(runs[variant][-1])
             print(f"{suite} round {r} {variant}: {json.dumps(total)}", flush=True)
     return runs
@@ -172,7 +202,8 @@ def summarize(runs: dict[str, list[dict]]) -> dict:
     for variant in VARIANTS[1:]:
         summary[variant]["ratio_to_stock"] = {
             key: summary[variant][key]["median"] / summary["stock"][key]["median"]
-            for key in ("python_cpu_s", "cxx_cpu_s", "cpu_s", "wall_s")
+            for key in ("python_cpu_s", "cxx_cpu_s", "cpu_s", "wall_s", "python_calls")
+            if key in summary[variant]
         }
     return summary
 
@@ -201,26 +232,54 @@ def markdown(suite: str, summary: dict, rounds: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def markdown_calls(suite: str, summary: dict) -> str:
+    lines = [
+        f"### Compile time, suite `{suite}`: Python calls under cProfile",
+        "",
+        "| variant | Python calls | / stock |",
+        "| --- | --- | --- |",
+    ]
+    for variant, s in summary.items():
+        ratio = s.get("ratio_to_stock", {}).get("python_calls", 1)
+        calls = s["python_calls"]["median"]
+        lines.append(f"| {variant} | {calls / 1e6:.2f} M | {ratio:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--suite", choices=[*SUITES, "all"], default="mismatch")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", default="")
+    parser.add_argument(
+        "--count-calls",
+        action="store_true",
+        help="count Python calls under cProfile (deterministic; one round)",
+    )
+    parser.add_argument("--profile-out", default="", help="write merged pstats here")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     only = {name for name in opts.only.split(",") if name}
     if opts.child:
-        print(json.dumps(child(opts.suite, opts.child, opts.quick, only)))
+        result = child(opts.suite, opts.child, opts.quick, only, opts.profile_out)
+        print(json.dumps(result))
         return 0
     RESULTS.mkdir(parents=True, exist_ok=True)
     suites = list(SUITES) if opts.suite == "all" else [opts.suite]
+    profile_out = opts.profile_out
+    if opts.count_calls:
+        opts.rounds = 1
+        profile_out = profile_out or str(REPO_ROOT / "build" / "compile-time-profiles")
     for suite in suites:
-        runs = measure(suite, opts.rounds, opts.quick, only)
+        runs = measure(suite, opts.rounds, opts.quick, only, profile_out)
         summary = summarize(runs)
-        text = markdown(suite, summary, opts.rounds)
+        if opts.count_calls:
+            text = markdown_calls(suite, summary)
+        else:
+            text = markdown(suite, summary, opts.rounds)
         print(text)
-        stem = RESULTS / f"compile_time_{suite}"
+        stem = RESULTS / f"compile_time_{suite}{'_calls' if opts.count_calls else ''}"
         stem.with_suffix(".md").write_text(text)
         data = {"rounds": opts.rounds, "quick": opts.quick, "summary": summary}
         stem.with_suffix(".json").write_text(
