@@ -166,9 +166,9 @@ def _run_child(suite, variant, quick, only, profile_out="") -> dict:
 
 
 def _totals(per_program: dict) -> dict[str, float]:
-    keys = ("python_cpu_s", "cxx_cpu_s", "wall_s")
+    keys = ["python_cpu_s", "cxx_cpu_s", "wall_s"]
     if all("python_calls" in p for p in per_program.values()):
-        keys += ("python_calls",)
+        keys.append("python_calls")
     totals = {k: sum(p[k] for p in per_program.values()) for k in keys}
     totals["cpu_s"] = totals["python_cpu_s"] + totals["cxx_cpu_s"]
     return totals
