@@ -26,6 +26,8 @@ class Flag:
     requires: tuple[str, ...] = ()  # flags without which it changes nothing
     default: bool = True
     env: str = ""  # default: TORCHINDUCTOR_CPP_<NAME>
+    # where its behaviour is tested: "test/<file>.py" or "test/<file>.py::<test>"
+    tests: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.env:
@@ -39,73 +41,96 @@ FLAGS = (
         "outer-loop fusion that re-tiles kernels whose vector tilings of a "
         "shared outer level disagree",
         env="TORCHINDUCTOR_CPP_OUTER_LOOP_RETILE",
+        tests=("test/test_outer_loop_retile.py",),
     ),
     Flag(
         "loop_ordering_after_fusion",
         "0005 0015",
         "decide CPU loop orders after fusion, and the C++ fusion rules that needs",
+        tests=(
+            "test/test_cpu_loop_ordering.py",
+            "test/test_cpu_loop_ordering_upstream.py",
+        ),
     ),
     Flag(
         "outer_loop_split",
         "0003",
         "split a consumer's loops, or join at a shared depth, to share its "
         "producer's outer loop",
+        tests=("test/test_outer_loop_retile.py",),
     ),
     Flag(
         "two_step_variance_in_cache",
         "0004",
         "two-step variance for rows that stay in cache under a fused loop",
+        tests=(
+            "test/test_outer_loop_retile.py::test_groupnorm_rows_of_4k_use_two_step_variance",
+            "test/test_outer_loop_retile.py::test_rows_the_fusion_would_refuse_keep_welford",
+        ),
     ),
     Flag(
         "outer_loop_local_buffer_check",
         "0006",
         "drop an outer-loop fusion whose local buffer sits under a vector-tiled "
         "outer level, a stock miscompile",
+        tests=(
+            "test/test_outer_loop_retile.py::test_no_local_buffer_under_a_vector_tiled_outer_loop",
+        ),
     ),
     Flag(
         "realize_reused_erf",
         "0007",
         "store reused pointwise results that use erf/expm1 instead of recomputing them",
+        tests=(
+            "test/test_outer_loop_retile.py::test_bias_gelu_layernorm_one_nest_and_erf_once",
+        ),
     ),
     Flag(
         "outer_loop_regroup",
         "0012",
         "when an outer-loop fusion fails to merge, generate it without its last "
         "member, then that member",
+        tests=("test/test_outer_loop_regroup.py",),
     ),
     Flag(
         "outer_block_fusion",
         "0009",
         "outer-loop fusion of reductions over a middle dimension with their "
         "broadcasting consumers",
+        tests=("test/test_outer_block_fusion.py",),
     ),
     Flag(
         "block_local_buffers",
         "0011",
         "per-iteration local buffers for the intermediates of 0009's fusions",
         requires=("outer_block_fusion",),
+        tests=("test/test_block_local_buffers.py",),
     ),
     Flag(
         "multi_accumulator_reductions",
         "0008",
         "four rotating accumulators for long horizontal sum/max/min reductions",
+        tests=("test/test_reduction_accumulators.py",),
     ),
     Flag(
         "hoist_invariant_loads",
         "0010",
         "load scalars the innermost loop reads at one index once, before the loop",
+        tests=("test/test_invariant_loads.py",),
     ),
     Flag(
         "streaming_stores",
         "0013",
         "non-temporal stores for large float32 outputs of kernels that touch "
         "more memory than the last-level cache",
+        tests=("test/test_streaming_stores.py",),
     ),
     Flag(
         "outer_loop_prefetch",
         "0014",
         "in an outer-loop fused kernel larger than the last-level cache, "
         "prefetch the next rows during the last pass",
+        tests=("test/test_outer_loop_prefetch.py",),
     ),
     Flag(
         "unroll_rotated_reductions",
@@ -114,6 +139,7 @@ FLAGS = (
         "(0008) by the accumulator count, and build GCC's code with `-fweb`, so "
         "the rotation costs no moves",
         requires=("multi_accumulator_reductions",),
+        tests=("test/test_unroll_rotated_reductions.py",),
     ),
     Flag(
         "outer_loop_shallower_fusion",
@@ -121,6 +147,7 @@ FLAGS = (
         "when an outer-loop fusion fails to merge at the scheduler's depth, "
         "merge it over fewer outer loops where its kernels agree and the "
         "shorter loop still feeds every thread",
+        tests=("test/test_outer_loop_shallower.py",),
     ),
     Flag(
         "outer_block_tiles",
@@ -132,6 +159,7 @@ FLAGS = (
         "the last-level cache, and fuse softmax's two pointwise kernels over "
         "the loops where their reads stay in a block",
         requires=("outer_block_fusion", "outer_loop_regroup"),
+        tests=("test/test_outer_block_tiles.py",),
     ),
     Flag(
         "outer_block_prepend",
@@ -143,6 +171,7 @@ FLAGS = (
         "then fail to merge, the producer is generated alone and the rest stays "
         "fused",
         requires=("outer_block_fusion",),
+        tests=("test/test_outer_block_prepend.py",),
     ),
     Flag(
         "softmax_reciprocal",
@@ -150,6 +179,7 @@ FLAGS = (
         "softmax over the last dim multiplies each row by the reciprocal of its "
         "sum, as ATen's CPU kernel does, instead of dividing every element",
         requires=("hoist_invariant_loads",),
+        tests=("test/test_softmax_reciprocal.py",),
     ),
     Flag(
         "group_norm_channel_sums",
@@ -159,6 +189,7 @@ FLAGS = (
         "channel vectors), then combines a group's channels, as ATen's "
         "channels-last kernel does, instead of per-group statistics over each "
         "pixel's short slice of channels",
+        tests=("test/test_group_norm_channel_sums.py",),
     ),
     Flag(
         "outer_reduction_blocks",
@@ -169,6 +200,7 @@ FLAGS = (
         "variance's only over rows 2 KiB apart or more) reduces blocks of about "
         "16 rows into partials, then the partials, with upstream's two-level "
         "split reduction, instead of a column walk down every row",
+        tests=("test/test_outer_reduction_blocks.py",),
     ),
 )
 

@@ -31,3 +31,46 @@ def test_each_module_row_names_its_patches_and_their_flags():
     )  # fmt: skip
     assert "0002, 0012, 0018, 0020" in row
     assert "`outer_loop_regroup`" in row and "`outer_block_prepend`" in row
+
+
+def test_every_flag_names_tests_that_exist():
+    import ast
+
+    from fusion_overlay.flags import FLAGS
+
+    for flag in FLAGS:
+        assert flag.tests, flag.name
+        for test in flag.tests:
+            path, _, name = test.partition("::")
+            source = hooks.REPO_ROOT / path
+            assert source.is_file(), (flag.name, test)
+            if name:
+                functions = {
+                    node.name
+                    for node in ast.walk(ast.parse(source.read_text()))
+                    if isinstance(node, ast.FunctionDef)
+                }
+                assert name in functions, (flag.name, test)
+
+
+def test_a_flag_row_leads_to_its_module_hook_tests_and_page():
+    row = next(
+        line for line in hooks.render(INDUCTOR).splitlines()
+        if line.startswith("| `outer_loop_regroup` |")
+    )  # fmt: skip
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[1] == "0012"
+    assert cells[2] == "`outer_loop.fallbacks`, `outer_loop.regroup`"
+    assert "`cpp.py: CppScheduling.codegen_outer_loop_node`" in cells[3]
+    assert cells[4] == "`test/test_outer_loop_regroup.py`"
+    assert cells[5].startswith("[0012](features/0012-")
+    page = hooks.PAGE.parent / cells[5].split("(")[1].rstrip(")")
+    assert page.is_file()
+
+
+def test_a_flag_without_a_page_of_its_own_links_its_modules_feature():
+    row = next(
+        line for line in hooks.render(INDUCTOR).splitlines()
+        if line.startswith("| `outer_loop_local_buffer_check` |")
+    )  # fmt: skip
+    assert "[0002](features/0002-" in row
