@@ -19,7 +19,13 @@ from tools import pr
 from fusion_overlay.patchset import load_overlay_files, load_series
 from tools.pr_slice import Slicer, SliceError, attribute_uses, imports_in_text
 from tools.pr_steps import FAILED, PASSED, SKIPPED, overlay_tree, junit_outcomes
-from tools.pr_tests import TestExportError, drop_absent_flags, to_upstream
+from tools.pr_tests import (
+    TestExportError,
+    closure,
+    drop_absent_flags,
+    source_of,
+    to_upstream,
+)
 
 COSTS = textwrap.dedent(
     '''\
@@ -219,6 +225,57 @@ def test_a_yielding_fixture_is_refused():
     )
     with pytest.raises(TestExportError, match="fixture graph yields"):
         to_upstream(text, "test/test_made_up.py", "test/inductor/test_cpu_x.py", set())
+
+
+AUTOUSE_FILE = textwrap.dedent(
+    """\
+    import pytest
+
+    import helper_mod
+
+
+    @pytest.fixture(autouse=True)
+    def small_threshold(monkeypatch):
+        monkeypatch.setattr(helper_mod, "VALUE", 7)
+
+
+    def test_sees_the_fixture():
+        assert helper_mod.VALUE == 7
+
+
+    def test_restores_it(monkeypatch):
+        monkeypatch.setattr(helper_mod, "VALUE", 0)
+        assert helper_mod.VALUE == 0
+    """
+)
+
+
+def test_an_autouse_fixture_runs_first_in_every_converted_test(tmp_path):
+    """pytest runs an autouse fixture for every test; dropping it in the
+    TestCase form would test other inputs than ours (0022's size threshold)."""
+    out = to_upstream(
+        AUTOUSE_FILE, "test/test_made_up.py", "test/inductor/test_cpu_made_up.py", set()
+    )
+    assert "def small_threshold(self):" in out
+    for test in ("test_sees_the_fixture", "test_restores_it"):
+        body = out.split(f"def {test}(self):\n", 1)[1]
+        assert body.lstrip().startswith("self.small_threshold()\n"), body
+    # a slice that keeps one test keeps the fixture it implicitly uses
+    source = source_of("test/test_made_up.py", AUTOUSE_FILE, set())
+    kept, _ = closure(source, ["test_sees_the_fixture"])
+    assert any(source.units[i].node.name == "small_threshold" for i in kept)
+    python = REPO_ROOT / ".venv-stock" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no .venv-stock")
+    (tmp_path / "helper_mod.py").write_text("VALUE = 0\n")
+    (tmp_path / "test_cpu_made_up.py").write_text(out)
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    proc = subprocess.run(
+        [str(python), "test_cpu_made_up.py", "-v"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Ran 2 tests" in proc.stderr
 
 
 def test_junit_outcomes_per_test_function(tmp_path):

@@ -88,13 +88,40 @@ def drop_absent_flags(text: str, absent: set[str]) -> tuple[str, set[str]]:
 
 
 def source_of(rel: str, text: str, overlay_files: set[str]) -> ModuleSource:
-    """A test file as units; a test's parameters count as uses (fixtures)."""
+    """A test file as units; a test's parameters count as uses (fixtures), and
+    so do the file's autouse fixtures, which pytest runs for every test."""
     source = ModuleSource(rel, text, overlay_files)
+    autouse = autouse_fixtures(source)
     for unit in source.units:
         node = unit.node
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             unit.uses |= {a.arg for a in node.args.args}
+            if node.name.startswith("test"):
+                unit.uses |= set(autouse)
     return source
+
+
+def autouse_fixtures(source: ModuleSource) -> list[str]:
+    """The file's ``@pytest.fixture(autouse=True)`` functions, in file order."""
+    return [
+        u.node.name
+        for u in source.units
+        if isinstance(u.node, ast.FunctionDef)
+        and any(_is_autouse(d) for d in u.node.decorator_list)
+    ]
+
+
+def _is_autouse(decorator: ast.expr) -> bool:
+    return (
+        isinstance(decorator, ast.Call)
+        and _decorator_name(decorator) == "pytest.fixture"
+        and any(
+            k.arg == "autouse"
+            and isinstance(k.value, ast.Constant)
+            and k.value.value is True
+            for k in decorator.keywords
+        )
+    )
 
 
 def test_names(source: ModuleSource) -> list[str]:
@@ -394,6 +421,8 @@ def to_upstream(text: str, rel: str, dest: str, overlay_files: set[str]) -> str:
             _decorator_name(d) in ("pytest.fixture",) for d in u.node.decorator_list
         )
     }
+    # pytest runs these before every test; the TestCase form calls them first
+    autouse = [name for name in autouse_fixtures(source) if name in source.definers]
     module_parts: list[str] = []
     class_parts: list[str] = []
     class_decorators: list[str] = []
@@ -474,7 +503,12 @@ def to_upstream(text: str, rel: str, dest: str, overlay_files: set[str]) -> str:
         ):
             first = node.body[1]
         indent = " " * first.col_offset
-        calls = "".join(f"{p} = self.{p}()\n{indent}" for p in params if p in fixtures)
+        calls = "".join(
+            f"self.{name}()\n{indent}"
+            for name in autouse
+            if is_test and name not in params
+        )
+        calls += "".join(f"{p} = self.{p}()\n{indent}" for p in params if p in fixtures)
         line_start = t.offsets[first.lineno - 1] + first.col_offset
         if calls:
             edits.append(_Edit(line_start, line_start, calls))
