@@ -38,6 +38,7 @@ from tools.fuzz.runner import (
     case_to_json,
     format_summary,
     merge_runs,
+    poisoned_env,
     run_fuzz,
 )
 from tools.fuzz.strategy import fuzz_cases
@@ -483,9 +484,7 @@ def test_shadow_env_imports_the_mutant(tmp_path):
         env, timeout=300,
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr
-    assert probe.stdout.strip() == str(
-        tmp_path / "shadow" / "mutant_costs.py"
-    )
+    assert probe.stdout.strip() == str(tmp_path / "shadow" / "mutant_costs.py")
 
 
 def test_mutant_report_rates_per_feature():
@@ -795,3 +794,34 @@ def test_examples_counts_distinct_generated_programs(tmp_path, monkeypatch):
     assert len(programs) == len(set(programs))  # each checked once
     assert 10 <= len(generated) < 14  # stops at the first batch past 10
     assert records[-1] == {**records[-1], "type": "done", "reason": "examples"}
+
+
+_READ_HEAP = """
+import ctypes, os
+from tools.fuzz.runner import unpoison_children
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+block = libc.malloc(64 * 1024)
+fresh = ctypes.string_at(block, 16)
+unpoison_children()
+print(fresh.hex(), os.environ.get("GLIBC_TUNABLES"))
+"""
+
+
+def test_workers_heap_is_poisoned_and_their_children_are_not():
+    """A worker's new memory reads 0x7f (float32 3.4e38), and the C++
+    compiler it starts gets the caller's own tunables back."""
+    for own in ("", "glibc.malloc.arena_max=2"):
+        env = {
+            **os.environ,
+            "GLIBC_TUNABLES": own,
+            **poisoned_env({"GLIBC_TUNABLES": own}),
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", _READ_HEAP], cwd=REPO_ROOT, env=env,
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        fresh, children = done.stdout.split()
+        assert fresh == "7f" * 16
+        assert children == (own or "None")

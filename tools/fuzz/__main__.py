@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a 64 KiB cache size: the small programs use streaming stores "
         "(0013) and prefetches (0014)",
     )
+    run.add_argument(
+        "--no-poison",
+        action="store_true",
+        help="leave the workers' heap unpoisoned (new and freed memory keeps "
+        "what was there)",
+    )
 
     run.add_argument(
         "--shard",
@@ -149,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers, coverage=args.coverage, repro_dir=args.repro_dir,
         out_dir=args.out, focus=args.focus, shrink=not args.no_shrink,
         max_ops=args.max_ops, streaming=args.streaming, shard=shard,
-        batch=args.batch,
+        batch=args.batch, poison=not args.no_poison,
     )  # fmt: skip
     if summary.interrupted:
         return 130  # as a shell reports a Ctrl-C; the summary is written

@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 from .program import FuzzCase
+from .runner import POISON_TUNABLES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_REPRO_DIR = REPO_ROOT / "test" / "regressions"
@@ -66,6 +67,8 @@ def render_repro(
     return (
         f'"""Fuzz repro {digest}: {kind}.\n\n{details}\n\n{found}'
         f"Run: .venv/bin/python -m pytest {_display(path)}\n"
+        "The fuzzer ran it on a poisoned heap; where it passes without, run it\n"
+        f"with GLIBC_TUNABLES={POISON_TUNABLES}\n"
         '"""\n\n'
         "from __future__ import annotations\n\n"
         "import pytest  # noqa: F401  (for an xfail marker)\n\n"

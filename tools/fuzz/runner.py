@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,39 @@ CACHE_BUDGET_BYTES = int(os.environ.get("FUZZ_CACHE_BUDGET_BYTES", 4 << 30))
 # whose data exceed the last-level cache; with a 64 KiB "cache" the fuzzer's
 # small programs qualify.
 STREAMING_ENV = {"TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES": "65536"}
+
+# Workers poison the memory malloc hands out: glibc fills every new block with
+# 0x7f bytes (float32 3.4e38, a float16 NaN) and every freed one with 0x80.
+# A kernel that reads an element no one wrote then computes with a value that
+# cannot pass for data, instead of whatever the process left there before (a
+# kill that rests on leftover memory is luck).  Up to the mmap threshold
+# raised to its maximum, 32 MiB, every tensor comes from the heap, where the
+# fill applies.  Tunables are read at process start, so the worker drops them
+# from its environment once running: the C++ compiler it starts is not slowed.
+POISON_TUNABLES = "glibc.malloc.perturb=128:glibc.malloc.mmap_threshold=33554432"
+CHILD_TUNABLES = (
+    "FUZZ_CHILD_GLIBC_TUNABLES"  # the caller's own, for the worker's children
+)
+
+
+def poisoned_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables that poison a worker's heap, keeping the caller's tunables."""
+    own = environ.get("GLIBC_TUNABLES", "")
+    return {
+        "GLIBC_TUNABLES": ":".join(filter(None, [own, POISON_TUNABLES])),
+        CHILD_TUNABLES: own,
+    }
+
+
+def unpoison_children() -> None:
+    """In a running worker: its children get the caller's tunables back."""
+    if CHILD_TUNABLES not in os.environ:
+        return
+    own = os.environ.pop(CHILD_TUNABLES)
+    if own:
+        os.environ["GLIBC_TUNABLES"] = own
+    else:
+        os.environ.pop("GLIBC_TUNABLES", None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +239,8 @@ def hypothesis_settings(profile: Profile, examples: int, shrink: bool):
 
 def run_worker(opts: WorkerOptions) -> None:
     import warnings
+
+    unpoison_children()
 
     from hypothesis import example, given, reject, seed
 
@@ -508,6 +544,7 @@ def run_fuzz(
     shrink: bool = True,
     max_ops: int | None = None,
     streaming: bool = False,
+    poison: bool = True,
     shard: tuple[int, int] = (1, 1),
     cache_dir: Path | None = None,
     cache_budget: int | None = None,
@@ -565,6 +602,7 @@ def run_fuzz(
             [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
         ),
         **(STREAMING_ENV if streaming else {}),
+        **(poisoned_env(os.environ) if poison else {}),
     }
     log(
         f"fuzz: profile {profile}, {workers} worker(s), seeds {seeds[0]}..{seeds[-1]}, "
