@@ -263,6 +263,19 @@ def _static_int(expr) -> int:
     return int(expr) if isinstance(expr, (int, sympy.Integer)) else 0
 
 
+# LoopBody ops whose cost per element dwarfs a load's or an add's latency:
+# a pass that computes one is bound by its math, not by memory (0014 does not
+# prefetch for it), and a reduction over it gains nothing from more
+# accumulators (0008).
+TRANSCENDENTAL_OPS = frozenset(
+    (
+        *("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "log_ndtr"),
+        *("erf", "erfc", "erfcx", "erfinv", "tanh", "sigmoid", "pow"),
+        *("sin", "sinh", "cos", "cosh", "tan", "atan", "atan2", "atanh"),
+    )
+)
+
+
 # Ops that cost more to recompute per consumer than to store and reload
 # once, beyond the ones stock already lists (exp, log, sigmoid, tanh...):
 # GELU's erf, recomputed by each of LayerNorm's passes, costs more than a

@@ -65,7 +65,11 @@ import sympy
 import torch
 from torch._inductor import config
 
-from ..costs import ACCUMULATORS, MIN_ITERATIONS_PER_ACCUMULATOR
+from ..costs import (
+    ACCUMULATORS,
+    MIN_ITERATIONS_PER_ACCUMULATOR,
+    TRANSCENDENTAL_OPS,
+)
 from ..nodes import is_outer_loop_fused
 
 # Vector adds per lane that CascadeSumHelper sums before it cascades
@@ -73,11 +77,6 @@ from ..nodes import is_outer_loop_fused
 CASCADE_CHUNK = 4096
 ROTATABLE_REDUCTIONS = ("sum", "max", "min")
 ROTATABLE_DTYPES = (torch.float32, torch.float64)
-# Ops whose cost per element dwarfs an add's latency (LoopBody op names).
-TRANSCENDENTAL_PREFIXES = ("exp", "log", "erf", "atan")
-TRANSCENDENTAL_OPS = frozenset(
-    ("tanh", "sigmoid", "sin", "sinh", "cos", "cosh", "tan", "pow")
-)
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
 
@@ -223,13 +222,7 @@ def _has_transcendental(kernel) -> bool:
     reduction is being generated (the kernel's loop body), from their
     LoopBody op counts.
     """
-    return any(_is_transcendental(op) for op in _ops_so_far(kernel.current_node))
-
-
-def _is_transcendental(op: str) -> bool:
-    if op.startswith("logical_"):
-        return False
-    return op in TRANSCENDENTAL_OPS or op.startswith(TRANSCENDENTAL_PREFIXES)
+    return not TRANSCENDENTAL_OPS.isdisjoint(_ops_so_far(kernel.current_node))
 
 
 def _ops_so_far(node) -> set[str]:

@@ -91,15 +91,6 @@ inline void prefetch_ahead(const void* ptr, std::ptrdiff_t bytes) {
 # The helper the kernels call (written before the kernel function, after
 # the streaming stores' helpers: emitters/kernel_helpers.py).
 PREFETCH = helpers.Helper("prefetch_ahead", _PREFETCH_DEFINITION, 2)
-# LoopBody ops whose cost per element dwarfs a load's: a pass that computes
-# one of them is bound by its math, not by memory.
-TRANSCENDENTAL_OPS = frozenset(
-    (
-        *("exp", "exp2", "expm1", "log", "log2", "log10", "log1p"),
-        *("erf", "erfc", "erfinv", "tanh", "sigmoid", "pow"),
-        *("sin", "sinh", "cos", "cosh", "tan", "atan", "atan2", "atanh"),
-    )
-)
 # Stands for the distance in a prefetch line until the plan sets it.
 _DISTANCE = "PREFETCH_DISTANCE"
 # A slot line's text until the plan fills it (never printed).
@@ -325,7 +316,7 @@ def _bound_by_its_math(proxy) -> bool:
     the op counts of its LoopBody (read from the fused scheduler node)."""
     return any(
         getattr(node, "_body", None) is not None
-        and any(node._body.op_counts.get(op, 0) for op in TRANSCENDENTAL_OPS)
+        and any(node._body.op_counts.get(op, 0) for op in costs.TRANSCENDENTAL_OPS)
         for node in _first_pass_nodes(proxy)
     )
 
