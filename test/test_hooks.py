@@ -11,6 +11,14 @@ from tools import hooks
 INDUCTOR = Path(torch._inductor.__file__).parent
 
 
+def _row(first_cell: str) -> str:
+    """The page's row that starts with `first_cell` (a module or a flag)."""
+    return next(
+        line for line in hooks.render(INDUCTOR).splitlines()
+        if line.startswith(f"| `{first_cell}` |")
+    )  # fmt: skip
+
+
 def test_the_hooks_page_is_current():
     assert hooks.main(["--check"]) == 0, "run: python -m tools.hooks --write"
 
@@ -25,10 +33,7 @@ def test_call_sites_name_the_upstream_methods_that_call_a_module():
 
 
 def test_each_module_row_names_its_patches_and_their_flags():
-    row = next(
-        line for line in hooks.render(INDUCTOR).splitlines()
-        if line.startswith("| `outer_loop.fallbacks` |")
-    )  # fmt: skip
+    row = _row("outer_loop.fallbacks")
     assert "0002, 0012, 0018, 0020" in row
     assert "`outer_loop_regroup`" in row and "`outer_block_prepend`" in row
 
@@ -54,10 +59,7 @@ def test_every_flag_names_tests_that_exist():
 
 
 def test_a_flag_row_leads_to_its_module_hook_tests_and_page():
-    row = next(
-        line for line in hooks.render(INDUCTOR).splitlines()
-        if line.startswith("| `outer_loop_regroup` |")
-    )  # fmt: skip
+    row = _row("outer_loop_regroup")
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[1] == "0012"
     assert cells[2] == "`outer_loop.fallbacks`, `outer_loop.regroup`"
@@ -69,8 +71,5 @@ def test_a_flag_row_leads_to_its_module_hook_tests_and_page():
 
 
 def test_a_flag_without_a_page_of_its_own_links_its_modules_feature():
-    row = next(
-        line for line in hooks.render(INDUCTOR).splitlines()
-        if line.startswith("| `outer_loop_local_buffer_check` |")
-    )  # fmt: skip
+    row = _row("outer_loop_local_buffer_check")
     assert "[0002](features/0002-" in row

@@ -11,6 +11,7 @@ import ast
 import os
 import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT
@@ -180,17 +181,9 @@ PYTEST_FILE = textwrap.dedent(
 )
 
 
-def test_a_pytest_file_becomes_a_testcase_file_that_runs(tmp_path):
-    out = to_upstream(
-        PYTEST_FILE, "test/test_made_up.py", "test/inductor/test_cpu_made_up.py", set()
-    )
-    assert "import pytest" not in out and "monkeypatch" not in out
-    assert "class CPUMadeUpTests(TestCase):" in out
-    assert "instantiate_parametrized_tests(CPUMadeUpTests)" in out
-    assert 'subtest((1, 1), name="one")' in out
-    assert 'FileCheck().check_not("y").run(code)' in out
-    assert 'self.assertRaisesRegex(ValueError, "boom")' in out
-    assert "value_of = self.value_of()" in out
+def _run_converted(out: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """Run a converted file (beside a `helper_mod` with VALUE = 0) in the stock
+    venv, as upstream's tests run; it must pass."""
     python = REPO_ROOT / ".venv-stock" / "bin" / "python"
     if not python.exists():
         pytest.skip("no .venv-stock")
@@ -204,6 +197,21 @@ def test_a_pytest_file_becomes_a_testcase_file_that_runs(tmp_path):
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_a_pytest_file_becomes_a_testcase_file_that_runs(tmp_path):
+    out = to_upstream(
+        PYTEST_FILE, "test/test_made_up.py", "test/inductor/test_cpu_made_up.py", set()
+    )
+    assert "import pytest" not in out and "monkeypatch" not in out
+    assert "class CPUMadeUpTests(TestCase):" in out
+    assert "instantiate_parametrized_tests(CPUMadeUpTests)" in out
+    assert 'subtest((1, 1), name="one")' in out
+    assert 'FileCheck().check_not("y").run(code)' in out
+    assert 'self.assertRaisesRegex(ValueError, "boom")' in out
+    assert "value_of = self.value_of()" in out
+    proc = _run_converted(out, tmp_path)
     for name in ("test_counts_one", "test_counts_two", "test_raises_a_1_b_2"):
         assert name in proc.stderr
     assert "Ran 5 tests" in proc.stderr
@@ -264,17 +272,7 @@ def test_an_autouse_fixture_runs_first_in_every_converted_test(tmp_path):
     source = source_of("test/test_made_up.py", AUTOUSE_FILE, set())
     kept, _ = closure(source, ["test_sees_the_fixture"])
     assert any(source.units[i].node.name == "small_threshold" for i in kept)
-    python = REPO_ROOT / ".venv-stock" / "bin" / "python"
-    if not python.exists():
-        pytest.skip("no .venv-stock")
-    (tmp_path / "helper_mod.py").write_text("VALUE = 0\n")
-    (tmp_path / "test_cpu_made_up.py").write_text(out)
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
-    proc = subprocess.run(
-        [str(python), "test_cpu_made_up.py", "-v"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = _run_converted(out, tmp_path)
     assert "Ran 2 tests" in proc.stderr
 
 
