@@ -60,9 +60,8 @@ STREAMING_ENV = {"TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES": "65536"}
 # fill applies.  Tunables are read at process start, so the worker drops them
 # from its environment once running: the C++ compiler it starts is not slowed.
 POISON_TUNABLES = "glibc.malloc.perturb=128:glibc.malloc.mmap_threshold=33554432"
-CHILD_TUNABLES = (
-    "FUZZ_CHILD_GLIBC_TUNABLES"  # the caller's own, for the worker's children
-)
+# The caller's own tunables, which the worker's children get back.
+CHILD_TUNABLES = "FUZZ_CHILD_GLIBC_TUNABLES"
 
 
 def poisoned_env(environ: Mapping[str, str]) -> dict[str, str]:
