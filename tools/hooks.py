@@ -7,14 +7,13 @@
 The patched upstream files of the environment's torch (the overlay
 applied) are parsed; every name they import from
 ``torch._inductor.codegen.cpp_fusion`` is followed to the functions that use
-it.  A row per overlay module: its patches and flags (the Origin: lines and
+it.  The first table starts from the flags (the README's first question):
+per flag, its patches, its modules, the upstream methods that call them, its
+tests (the registry's ``tests``) and its feature page.  The second has a row
+per overlay module: its patches and flags (the Origin: lines and
 fusion_overlay/flags.py) and the upstream functions that call into it, so a
 reader goes from a flag to the upstream hook and back without reading the
 diffs.  Modules no upstream function calls are used by other modules.
-
-A second table starts from the flags (the README's first question): per
-flag, its patches, its modules, the upstream methods that call them, its
-tests (the registry's ``tests``) and its feature page.
 """
 
 from __future__ import annotations
