@@ -73,3 +73,41 @@ def test_a_flag_row_leads_to_its_module_hook_tests_and_page():
 def test_a_flag_without_a_page_of_its_own_links_its_modules_feature():
     row = _row("outer_loop_local_buffer_check")
     assert "[0002](features/0002-" in row
+
+
+def _features_table_tests() -> dict[str, set[str]]:
+    """docs/features/README.md's tests cell of each row with one patch:
+    patch -> the files and test functions it names."""
+    import re
+
+    rows: dict[str, set[str]] = {}
+    page = hooks.REPO_ROOT / "docs" / "features" / "README.md"
+    for line in page.read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 4 and re.fullmatch(r"\d{4}", cells[2]):
+            named = re.findall(r"`(test[^`]*)`", cells[3])
+            rows.setdefault(cells[2], set()).update(named)
+    return rows
+
+
+def test_the_features_table_names_tests_that_exist():
+    """The features table's tests cell is written by hand, beside the
+    registry's checked ``Flag.tests``: each file and test function it
+    names exists."""
+    import ast
+
+    test_dir = hooks.REPO_ROOT / "test"
+    functions = {
+        node.name
+        for path in test_dir.glob("test_*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef)
+    }
+    named = {test for tests in _features_table_tests().values() for test in tests}
+    assert len(named) >= 20
+    for test in named:
+        path = test.split(" ")[0]
+        if path.endswith(".py"):
+            assert (hooks.REPO_ROOT / path).is_file(), test
+        else:
+            assert test in functions, test
