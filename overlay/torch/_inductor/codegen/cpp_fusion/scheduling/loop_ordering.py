@@ -184,12 +184,7 @@ def _merge_below_outer_levels(node) -> bool:
         for sn in member.get_nodes():
             merge_loops_below(sn, depth)
             _recompute_group(sn)
-        if isinstance(member, _fused_node_cls()):
-            member.group = fused_node_group(member)
-            if not _groups_agree(member):
-                return False
-    node.group = fused_node_group(node)
-    return True
+    return _refresh_outer_groups(node)
 
 
 def _merge_members_together(snodes) -> bool:
@@ -230,6 +225,13 @@ def _merge_fully_fused_outer_members(node) -> bool:
     if not _merge_members_together(snodes):
         return False
     node.outer_loop_fusion_depth = len(snodes[0]._body.sizes[0])
+    return _refresh_outer_groups(node)
+
+
+def _refresh_outer_groups(node) -> bool:
+    """Recompute the groups of an outer-loop fusion's fused members and its
+    own after their loops were merged; False (the caller restores the
+    members) if a fused member's nodes no longer agree."""
     for member in node.get_outer_nodes():
         if isinstance(member, _fused_node_cls()):
             member.group = fused_node_group(member)
