@@ -38,9 +38,19 @@ def test_each_module_row_names_its_patches_and_their_flags():
     assert "`outer_loop_regroup`" in row and "`outer_block_prepend`" in row
 
 
-def test_every_flag_names_tests_that_exist():
+def _functions(*paths: Path) -> set[str]:
+    """The names of the functions defined in ``paths``."""
     import ast
 
+    return {
+        node.name
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef)
+    }
+
+
+def test_every_flag_names_tests_that_exist():
     from fusion_overlay.flags import FLAGS
 
     for flag in FLAGS:
@@ -50,12 +60,7 @@ def test_every_flag_names_tests_that_exist():
             source = hooks.REPO_ROOT / path
             assert source.is_file(), (flag.name, test)
             if name:
-                functions = {
-                    node.name
-                    for node in ast.walk(ast.parse(source.read_text()))
-                    if isinstance(node, ast.FunctionDef)
-                }
-                assert name in functions, (flag.name, test)
+                assert name in _functions(source), (flag.name, test)
 
 
 def test_a_flag_row_leads_to_its_module_hook_tests_and_page():
@@ -93,14 +98,7 @@ def test_the_features_table_names_tests_that_exist():
     """The features table's tests column is written by hand, beside the
     registry's checked ``Flag.tests``: each file and test function it
     names exists."""
-    import ast
-
-    functions = {
-        node.name
-        for path in (hooks.REPO_ROOT / "test").glob("test_*.py")
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.FunctionDef)
-    }
+    functions = _functions(*(hooks.REPO_ROOT / "test").glob("test_*.py"))
     named = _features_table_tests()
     assert len(named) >= 25
     for test in named:
