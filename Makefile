@@ -42,6 +42,7 @@ help:
 	@echo "make bench-models  random-init transformers/diffusers models and their norms"
 	@echo "make bench-compile-time  CPU seconds of compiling: stock, loop ordering off, shipped"
 	@echo "                 (COMPILE_TIME_ARGS=\"--suite mismatch|models|fuzz|all\")"
+	@echo "                 (COMPILE_TIME_ARGS=\"--without FLAG,...\": what each feature costs)"
 	@echo "make bench-counts  instructions and cache misses where patched code differs from stock"
 	@echo "make codegen-digest [DIGEST_AGAINST=digests.json]  generated C++ per ISA, byte-identical check"
 	@echo "                 and softmaxes at the models' shapes (BENCH_MODELS_ARGS=--quick)"

@@ -87,3 +87,33 @@ def test_call_counts_get_their_own_table_with_ratios_to_stock():
     text = compile_time.markdown_calls("fuzz", summary)
     assert "| shipped | 2.50 M | 1.250 |" in text
     assert "| stock | 2.00 M | 1.000 |" in text
+
+
+def test_a_without_variant_turns_one_shipped_flag_off():
+    shipped = compile_time.variant_config("shipped")
+    without = compile_time.variant_config("without:outer_block_fusion")
+    assert without["cpp.outer_block_fusion"] is False
+    assert {k: v for k, v in without.items() if k != "cpp.outer_block_fusion"} == {
+        k: v for k, v in shipped.items() if k != "cpp.outer_block_fusion"
+    }
+    assert compile_time.variant_config("without:cpp.outer_block_fusion") == without
+
+
+def test_an_unknown_variant_or_flag_is_refused_before_anything_runs(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit, match="no overlay flag cpp.no_such_flag"):
+        compile_time.main(["--without", "no_such_flag", "--suite", "fuzz"])
+    with pytest.raises(SystemExit, match="unknown variant"):
+        compile_time.variant_config("shiped")
+
+
+def test_without_variants_get_their_ratio_to_stock():
+    runs = {
+        "stock": [_round(2.0, 8.0)],
+        "shipped": [_round(3.0, 8.0)],
+        "without:outer_block_fusion": [_round(2.5, 8.0)],
+    }
+    summary = compile_time.summarize(runs)
+    ratio = summary["without:outer_block_fusion"]["ratio_to_stock"]
+    assert ratio["python_cpu_s"] == 1.25

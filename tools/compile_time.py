@@ -1,14 +1,18 @@
 """make bench-compile-time: what the overlay costs at compile time.
 
     python -m tools.compile_time [--suite mismatch|models|all] [--rounds N]
-                                 [--quick] [--only NAME,...]
+                                 [--quick] [--only NAME,...] [--without FLAG,...]
 
 Variants: ``stock`` (every overlay flag off), ``lof_off`` (the shipped flags
 with loop ordering after fusion off) and ``shipped`` (every flag at its
-default).  Each (round, variant) runs in a process of its own that first
-compiles a warm-up function, then compiles every program of the suite from
-fresh code objects with Inductor's caches disabled and one compile thread, so
-that the C++ compiler runs as a child of the measuring process.
+default); ``--without FLAG,...`` adds a variant ``without:FLAG`` per flag (the
+shipped flags with that one off; a flag that requires it then changes
+nothing), which says what each feature costs at compile time.
+
+Each (round, variant) runs in a process of its own that first compiles a
+warm-up function, then compiles every program of the suite from fresh code
+objects with Inductor's caches disabled and one compile thread, so that the
+C++ compiler runs as a child of the measuring process.
 
 The figures are CPU seconds, not wall time: the Python side of compiling
 (dynamo, lowering, scheduling, codegen: the part the overlay changes) is the
@@ -45,14 +49,25 @@ RESULTS = REPO_ROOT / "bench" / "results"
 VARIANTS = ("stock", "lof_off", "shipped")
 
 
+WITHOUT = "without:"
+
+
 def variant_config(variant: str) -> dict[str, bool]:
-    from fusion_overlay.flags import config_patch, shipped_config
+    """The config patch of a variant: stock, lof_off, shipped or without:FLAG."""
+    from fusion_overlay.flags import FLAGS, config_patch, shipped_config
 
     if variant == "stock":
         return config_patch(False)
     shipped = shipped_config()
     if variant == "lof_off":
         shipped["cpp.loop_ordering_after_fusion"] = False
+    elif variant.startswith(WITHOUT):
+        flag = variant.removeprefix(WITHOUT).removeprefix("cpp.")
+        if flag not in {f.name for f in FLAGS}:
+            raise SystemExit(f"compile_time: no overlay flag cpp.{flag}")
+        shipped[f"cpp.{flag}"] = False
+    elif variant != "shipped":
+        raise SystemExit(f"compile_time: unknown variant {variant!r}")
     return shipped
 
 
@@ -175,11 +190,16 @@ def _totals(per_program: dict) -> dict[str, float]:
 
 
 def measure(
-    suite: str, rounds: int, quick: bool, only: set[str], profile_out: str = ""
+    suite: str,
+    rounds: int,
+    quick: bool,
+    only: set[str],
+    profile_out: str = "",
+    variants: tuple[str, ...] = VARIANTS,
 ) -> dict:
-    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    runs: dict[str, list[dict]] = {v: [] for v in variants}
     for r in range(rounds):
-        order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
+        order = variants[r % len(variants) :] + variants[: r % len(variants)]
         for variant in order:
             runs[variant].append(_run_child(suite, variant, quick, only, profile_out))
             total = _totals(runs[variant][-1])
@@ -199,7 +219,9 @@ def summarize(runs: dict[str, list[dict]]) -> dict:
             }
             for key in totals[0]
         }
-    for variant in VARIANTS[1:]:
+    for variant in summary:
+        if variant == "stock":
+            continue
         summary[variant]["ratio_to_stock"] = {
             key: summary[variant][key]["median"] / summary["stock"][key]["median"]
             for key in ("python_cpu_s", "cxx_cpu_s", "cpu_s", "wall_s", "python_calls")
@@ -258,10 +280,21 @@ def main(argv=None) -> int:
         help="count Python calls under cProfile (deterministic; one round)",
     )
     parser.add_argument("--profile-out", default="", help="write merged pstats here")
-    parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--without",
+        default="",
+        help="FLAG,...: add the shipped flags with that one off as a variant",
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     only = {name for name in opts.only.split(",") if name}
+    variants = VARIANTS + tuple(
+        f"{WITHOUT}{flag}" for flag in opts.without.split(",") if flag
+    )
+    for variant in variants:
+        variant_config(variant)  # an unknown flag fails before anything runs
     if opts.child:
+        variant_config(opts.child)
         result = child(opts.suite, opts.child, opts.quick, only, opts.profile_out)
         print(json.dumps(result))
         return 0
@@ -272,14 +305,16 @@ def main(argv=None) -> int:
         opts.rounds = 1
         profile_out = profile_out or str(REPO_ROOT / "build" / "compile-time-profiles")
     for suite in suites:
-        runs = measure(suite, opts.rounds, opts.quick, only, profile_out)
+        runs = measure(suite, opts.rounds, opts.quick, only, profile_out, variants)
         summary = summarize(runs)
         if opts.count_calls:
             text = markdown_calls(suite, summary)
         else:
             text = markdown(suite, summary, opts.rounds)
         print(text)
-        stem = RESULTS / f"compile_time_{suite}{'_calls' if opts.count_calls else ''}"
+        kind = "_calls" if opts.count_calls else ""
+        kind += "_features" if opts.without else ""
+        stem = RESULTS / f"compile_time_{suite}{kind}"
         stem.with_suffix(".md").write_text(text)
         data = {"rounds": opts.rounds, "quick": opts.quick, "summary": summary}
         stem.with_suffix(".json").write_text(
