@@ -172,6 +172,51 @@ def test_a_batch_compiles_once_per_flag_setting(monkeypatch):
     assert results[0].stats["batch"] == 2 and results[1].stats["batched"]
 
 
+LAYER_NORM_SOURCE = (
+    "import torch\nimport torch.nn.functional as F\n\n\n"
+    "def program(x0):\n    v1 = F.layer_norm(x0, (x0.shape[-1],))\n    return (v1,)\n"
+)
+
+
+def _count_builds(monkeypatch) -> list[int]:
+    """Inductor's builds of C++ kernels with Python bindings (a g++ call, or
+    a module taken from the kept cache), below tools/fuzz/same_kernels.py's
+    wrapper of ``load_pybinding_async``."""
+    from torch._inductor.codecache import CppPythonBindingsCodeCache as Loader
+
+    builds: list[int] = []
+    load_async = Loader.load_async.__func__  # type: ignore[attr-defined]
+
+    def spy(cls, *args, **kwargs):
+        builds.append(1)
+        return load_async(cls, *args, **kwargs)
+
+    monkeypatch.setattr(Loader, "load_async", classmethod(spy))
+    return builds
+
+
+def test_flags_on_takes_the_flags_off_build_of_the_same_kernel(monkeypatch):
+    # relu: the overlay changes nothing, the flags-on compile builds nothing
+    builds = _count_builds(monkeypatch)
+    result = check_case(FuzzCase(RELU_SOURCE, (InputSpec((4, 5)),)))
+    assert result.status == "ok"
+    assert not result.stats["code_differs"]
+    assert result.stats["kernels_reused"] == 1
+    assert len(builds) == 1  # the flags-off build only
+
+
+def test_a_kernel_the_overlay_changed_is_built_again(monkeypatch):
+    # LayerNorm: 4 loop nests with the flags off, 1 re-tiled one with them on
+    builds = _count_builds(monkeypatch)
+    case = FuzzCase(LAYER_NORM_SOURCE, (InputSpec((16, 1024)),), threads=2)
+    result = check_case(case)
+    assert result.status == "ok"
+    assert result.stats["code_differs"]
+    assert (result.stats["nests_off"], result.stats["nests_on"]) == (4, 1)
+    assert result.stats["kernels_reused"] == 0
+    assert len(builds) == 2
+
+
 def test_a_batch_failure_is_reported_on_the_program_alone(monkeypatch):
     """Only the relu program's output is wrong: it fails alone too, and the
     verdict is the one of the program alone; its neighbour stays ok."""

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from . import reach
+from . import reach, same_kernels
 from .program import CONFIGS, FuzzCase
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -173,9 +173,13 @@ def _compile(case: FuzzCase, fn, args, overlay: bool):
     """
     reach.install()
     reach.reset()
+    same_kernels.install()
     start = time.perf_counter()
     try:
-        with _cache_size(case):
+        with (
+            _cache_size(case),
+            same_kernels.reuse() if overlay else same_kernels.record(),
+        ):
             outputs, compiled = compile_utils.compile_and_run(
                 fn,
                 args,
@@ -480,7 +484,10 @@ def _metadata_differs(on, off) -> bool:
 
 
 def _stats(off, on) -> dict:
-    stats: dict = {}
+    """Loop structure, compile time and reach of both compiles; read right
+    after the flags-on compile (``kernels_reused``: its kernels that took the
+    flags-off build, tools/fuzz/same_kernels.py)."""
+    stats: dict = {"kernels_reused": same_kernels.reused()}
     for name, result in (("off", off), ("on", on)):
         if isinstance(result, Exception):
             continue

@@ -438,7 +438,7 @@ def aggregate(examples: list[dict]) -> dict:
         reach.update(feature for feature, n in st.get("reach", {}).items() if n)
         for key in ("nests_off", "nests_on", "outer_fused_off", "outer_fused_on",
                     "retiled", "reordered", "splits", "streamed", "prefetched",
-                    "compile_s_off", "compile_s_on"):  # fmt: skip
+                    "compile_s_off", "compile_s_on", "kernels_reused"):  # fmt: skip
             s[key] += st.get(key, 0) or 0
             if key in st:
                 s[f"n_{key}"] += 1
@@ -916,6 +916,7 @@ def format_summary(summary: Summary) -> str:
         on_only("loop reorders (programs)", "reordered"),
         on_only("kernels with streamed stores (programs)", "streamed"),
         on_only("kernels with prefetches (programs)", "prefetched"),
+        on_only("kernels built once, same C++ (programs)", "kernels_reused"),
         f"    {'compile time, mean s':<36s}{mean('compile_s_off'):9.2f}   "
         f"{mean('compile_s_on'):9.2f}",
         (
