@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tools import compile_time
 
 
@@ -99,9 +101,7 @@ def test_a_without_variant_turns_one_shipped_flag_off():
     assert compile_time.variant_config("without:cpp.outer_block_fusion") == without
 
 
-def test_an_unknown_variant_or_flag_is_refused_before_anything_runs(capsys):
-    import pytest
-
+def test_an_unknown_variant_or_flag_is_refused_before_anything_runs():
     with pytest.raises(SystemExit, match="no overlay flag cpp.no_such_flag"):
         compile_time.main(["--without", "no_such_flag", "--suite", "fuzz"])
     with pytest.raises(SystemExit, match="unknown variant"):

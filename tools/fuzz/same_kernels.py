@@ -1,8 +1,8 @@
 """Skip the flags-on g++ call for a kernel whose source is the flags-off one.
 
-A quarter of the programs get the same kernels with the overlay's flags off
-and on, and were still compiled twice: flags on builds with 0017's ``-fweb``,
-so the two builds never share a module in Inductor's cache.  The check
+Many programs get the same kernels with the overlay's flags off and on, and
+were still compiled twice: flags on builds with 0017's ``-fweb``, so the two
+builds never share a module in Inductor's cache.  The check
 compares what the overlay's codegen computes against stock's; a kernel whose
 C++ source is stock's computes what stock's computes, whatever a GCC option
 does to its register allocation.  So the flags-on compile takes the module
