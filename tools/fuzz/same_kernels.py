@@ -2,12 +2,12 @@
 
 Many programs get the same kernels with the overlay's flags off and on, and
 were still compiled twice: flags on builds with 0017's ``-fweb``, so the two
-builds never share a module in Inductor's cache.  The check
-compares what the overlay's codegen computes against stock's; a kernel whose
-C++ source is stock's computes what stock's computes, whatever a GCC option
-does to its register allocation.  So the flags-on compile takes the module
-the flags-off compile of the same check just built for that exact source
-(and argument types), and g++ runs only for kernels the overlay changed.
+builds never share a module in Inductor's cache.  The check compares what
+the overlay's codegen computes against stock's; a kernel whose C++ source is
+stock's computes what stock's computes, whatever a GCC option does to its
+register allocation.  So the flags-on compile takes the module the flags-off
+compile of the same check just built for that exact source (and argument
+types), and g++ runs only for kernels the overlay changed.
 
 ``record()`` around the flags-off compile, ``reuse()`` around the flags-on
 compile of the same program or batch; ``reused()`` tells how many kernels
