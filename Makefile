@@ -1,12 +1,25 @@
-# Inductor fusion overlay over torch 2.13.0 (CPU C++ backend).
+# Inductor fusion overlay over torch 2.13.0, 2.14.1 and 2.15.0 (CPU C++ backend).
 # Every target that needs a venv creates it; `make` alone prints the help.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3.11
-TORCH_VERSION := 2.13.0
+# TORCH: the upstream release, one of patches/*/ (a series each).  The default
+# is the newest that pip installs here without a download; 2.15.0 comes from
+# the registry, past the machine's torch<=2.14.1 pip constraint.
+SUPPORTED_TORCH := $(sort $(patsubst patches/%/series,%,$(wildcard patches/*/series)))
+TORCH ?= 2.14.1
+ifeq ($(filter $(TORCH),$(SUPPORTED_TORCH)),)
+$(error TORCH=$(TORCH) has no series; supported: $(SUPPORTED_TORCH))
+endif
+TORCH_VERSION := $(TORCH)
+PIP_TORCH := $(if $(filter 2.15.%,$(TORCH)),PIP_CONSTRAINT=/dev/null)
 TEST_DEPS := numpy expecttest hypothesis pytest pytest-xdist coverage
+# One venv pair per release; .venv and .venv-stock link to TORCH's, so the
+# tools and tests that name them follow TORCH.
+VENV_DIR := .venv-$(TORCH)
+STOCK_VENV_DIR := .venv-stock-$(TORCH)
 VENV := .venv
 STOCK_VENV := .venv-stock
 VENV_PY := $(VENV)/bin/python
@@ -70,22 +83,32 @@ help:
 
 # Venvs are built once (the stamp); the overlay is applied on every
 # `make install`, which is a no-op when the series did not change.
-$(VENV)/.deps-installed: setup.cfg pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(VENV_PY) -m pip install --quiet torch==$(TORCH_VERSION) $(TEST_DEPS)
-	$(VENV_PY) -m pip install --quiet --no-build-isolation -e .
+$(VENV_DIR)/.deps-installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV_DIR)
+	$(PIP_TORCH) $(VENV_DIR)/bin/python -m pip install --quiet torch==$(TORCH) $(TEST_DEPS)
+	$(VENV_DIR)/bin/python -m pip install --quiet --no-build-isolation -e .
 	touch $@
 
-$(STOCK_VENV)/.deps-installed:
-	$(PYTHON) -m venv $(STOCK_VENV)
-	$(STOCK_PY) -m pip install --quiet torch==$(TORCH_VERSION) $(TEST_DEPS)
+$(STOCK_VENV_DIR)/.deps-installed:
+	$(PYTHON) -m venv $(STOCK_VENV_DIR)
+	$(PIP_TORCH) $(STOCK_VENV_DIR)/bin/python -m pip install --quiet torch==$(TORCH) $(TEST_DEPS)
 	touch $@
 
-install: $(VENV)/.deps-installed
+# .venv and .venv-stock become links to TORCH's venvs; a real directory
+# there (a checkout from before the per-release venvs) is refused.
+define link_venv
+	@if [ -e $(2) ] && [ ! -L $(2) ]; then \
+	  echo "error: $(2) is a directory, not a link to a per-release venv: make clean" >&2; exit 2; fi
+	@ln -sfn $(1) $(2)
+endef
+
+install: $(VENV_DIR)/.deps-installed
+	$(call link_venv,$(VENV_DIR),$(VENV))
 	$(VENV_PY) -m fusion_overlay.overlay apply
 
 # tools/ is not installed in the stock venv; -m finds it from the repo root.
-stock-venv: $(STOCK_VENV)/.deps-installed
+stock-venv: $(STOCK_VENV_DIR)/.deps-installed
+	$(call link_venv,$(STOCK_VENV_DIR),$(STOCK_VENV))
 	$(STOCK_PY) -m fusion_overlay.overlay verify --pristine
 
 # Lint tools, pinned: upstream-like ruff rules and mypy (pyproject.toml).
@@ -134,14 +157,14 @@ test-slow: install stock-venv
 	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --durations=30 \
 	  -m slow $(PYTEST_ARGS) $(TESTS)
 
-verify: $(VENV)/.deps-installed
-	$(VENV_PY) -m fusion_overlay.overlay verify
+verify: $(VENV_DIR)/.deps-installed
+	$(VENV_DIR)/bin/python -m fusion_overlay.overlay verify
 
-status: $(VENV)/.deps-installed
-	$(VENV_PY) -m fusion_overlay.overlay status
+status: $(VENV_DIR)/.deps-installed
+	$(VENV_DIR)/bin/python -m fusion_overlay.overlay status
 
-uninstall: $(VENV)/.deps-installed
-	$(VENV_PY) -m fusion_overlay.overlay revert
+uninstall: $(VENV_DIR)/.deps-installed
+	$(VENV_DIR)/bin/python -m fusion_overlay.overlay revert
 
 # Benchmarks: eager vs compiled stock (flags off) vs patched, in one process.
 # BENCH_ARGS e.g. --threads 1 --only layernorm,groupnorm --reps 31
@@ -349,5 +372,5 @@ upstream-test-merge:
 	$(PYTHON) -m tools.upstream_test merge $(UPSTREAM_RUNS) --out build/upstream-test
 
 clean:
-	rm -rf $(VENV) $(STOCK_VENV) build *.egg-info .hypothesis
+	rm -rf $(VENV) $(STOCK_VENV) .venv-[0-9]* .venv-stock-[0-9]* build *.egg-info .hypothesis
 	find . -name __pycache__ -not -path './.git/*' -prune -exec rm -rf {} +

@@ -1,5 +1,5 @@
 """The inductor fusion overlay's installer: apply, verify, revert and status
-of the patch set on a torch 2.13.0 tree (``fusion-overlay`` or
+of the patch set on a torch tree of a supported release (``fusion-overlay`` or
 ``python -m fusion_overlay``), and the registry of its flags.
 
 From a checkout it reads the checkout's ``patches/`` and ``overlay/``; an

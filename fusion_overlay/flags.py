@@ -2,7 +2,7 @@
 
 Each flag is an attribute of ``torch._inductor.config.cpp`` that its patch
 adds, read from an environment variable at import.  All of them off gives
-the code of stock torch 2.13.0 (test/test_flags_off_matches_stock.py).  A
+stock's code of the same torch release (test/test_flags_off_matches_stock.py).  A
 flag that ``requires`` others does nothing without them: ``unmet_requirements``
 names such a setting, ``python -m fusion_overlay.overlay status`` reports it for the
 environment's variables, and the README's flag table is this registry
@@ -28,13 +28,16 @@ class Flag:
     env: str = ""  # default: TORCHINDUCTOR_CPP_<NAME>
     # where its behaviour is tested: "test/<file>.py" or "test/<file>.py::<test>"
     tests: tuple[str, ...] = ()
+    # the release whose stock has the change, so that its series (and every
+    # later one) drops the patch and the flag; "" while upstream has not
+    upstream_since: str = ""
 
     def __post_init__(self) -> None:
         if not self.env:
             object.__setattr__(self, "env", f"TORCHINDUCTOR_CPP_{self.name.upper()}")
 
 
-FLAGS = (
+ALL_FLAGS = (
     Flag(
         "outer_loop_fusion_retile",
         "0002",
@@ -76,6 +79,7 @@ FLAGS = (
         tests=(
             "test/test_outer_loop_retile.py::test_no_local_buffer_under_a_vector_tiled_outer_loop",
         ),
+        upstream_since="2.14.1",
     ),
     Flag(
         "realize_reused_erf",
@@ -204,6 +208,31 @@ FLAGS = (
     ),
 )
 
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in release.split("."))
+
+
+def flags_of(release: str) -> tuple[Flag, ...]:
+    """The flags the series of `release` adds: all but those stock has since."""
+    return tuple(
+        flag
+        for flag in ALL_FLAGS
+        if not flag.upstream_since
+        or _release_key(release) < _release_key(flag.upstream_since)
+    )
+
+
+def _running_release() -> str:
+    from fusion_overlay.patchset import default_release
+
+    return default_release()
+
+
+# The flags of the running torch's release: what its patched config has.
+RELEASE = _running_release()
+FLAGS = flags_of(RELEASE)
 NAMES = tuple(flag.name for flag in FLAGS)
 CONFIG_KEYS = tuple(f"cpp.{name}" for name in NAMES)
 ENV_VARS = tuple(flag.env for flag in FLAGS)
@@ -248,11 +277,16 @@ def readme_table() -> str:
         "| config | environment variable | default | patch | requires | effect |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for flag in FLAGS:
+    for flag in ALL_FLAGS:
         requires = ", ".join(f"`cpp.{r}`" for r in flag.requires) or "-"
+        effect = flag.effect
+        if flag.upstream_since:
+            effect += (
+                f" (series before {flag.upstream_since} only: stock has it since)"
+            )
         rows.append(
             f"| `cpp.{flag.name}` | `{flag.env}` | {'on' if flag.default else 'off'} "
-            f"| {flag.patch} | {requires} | {flag.effect} |"
+            f"| {flag.patch} | {requires} | {effect} |"
         )
     return "\n".join(rows) + "\n"
 

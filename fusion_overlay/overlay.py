@@ -1,13 +1,17 @@
-"""Apply, revert, verify and inspect the fusion overlay on a torch 2.13.0 tree.
+"""Apply, revert, verify and inspect the fusion overlay on a torch tree.
 
     python -m fusion_overlay.overlay apply|revert|status|verify [--target DIR]
+
+The series is the one of the target's torch release (patches/<release>/);
+any other release is refused before anything changes.
 
 apply   stages pristine copies of the touched files in a temp dir, runs the
         series over them with `patch`, adds the overlay modules, and only then
         swaps the results into the target, keeping pristine backups and a state
         file in torch/.fusion_overlay/ so that revert is byte-exact.
 revert  puts the pristine files back and removes overlay modules and state.
-verify  checks the touched upstream files against patches/upstream-sha256.txt.
+verify  checks the touched upstream files against that series' pins
+        (patches/<release>/upstream-sha256.txt).
 status  says what is applied where.
 """
 
@@ -32,7 +36,9 @@ from fusion_overlay.patchset import (
     fingerprint,
     load_overlay_files,
     load_series,
+    patches_dir_for,
     sha256_bytes,
+    supported_releases,
     version_label,
 )
 from fusion_overlay.target import (
@@ -162,8 +168,8 @@ def check_pristine_against_manifest(
         if expected is None:
             raise OverlayError(
                 f"{rel} is touched by the series but has no pinned hash in "
-                f"patches/{MANIFEST_NAME}; add `sha256sum {rel}` of a pristine "
-                "torch 2.13.0"
+                f"patches/{series.release}/{MANIFEST_NAME}; add `sha256sum {rel}` "
+                f"of a pristine torch {series.release}"
             )
         if data is None:
             raise OverlayError(
@@ -172,7 +178,7 @@ def check_pristine_against_manifest(
         actual = sha256_bytes(data)
         if actual != expected:
             raise OverlayError(
-                f"{rel} is not the pristine torch 2.13.0 file:\n"
+                f"{rel} is not the pristine torch {series.release} file:\n"
                 f"  expected sha256 {expected}\n  actual   sha256 {actual}"
             )
 
@@ -383,6 +389,37 @@ def load_overlay(
     return Overlay(load_series(patches_dir), load_overlay_files(overlay_dir))
 
 
+def overlay_for(
+    target: Target,
+    patches_dir: Path | None = None,
+    overlay_dir: Path = DEFAULT_OVERLAY_DIR,
+) -> Overlay:
+    """The overlay for the target's torch release: the series `patches_dir`
+    names, else the one of the release its version file says, else the one
+    whose pins its pristine files match (a tree that names no version)."""
+    release = check_version(target)
+    if patches_dir is None and release is not None:
+        patches_dir = patches_dir_for(release)
+    if patches_dir is not None:
+        return load_overlay(patches_dir, overlay_dir)
+    state = read_state(target.root)
+    for candidate in supported_releases():
+        series = load_series(patches_dir_for(candidate))
+        try:
+            pristine = {
+                rel: pristine_bytes(target.root, state, rel)
+                for rel in series.touched_paths()
+            }
+            check_pristine_against_manifest(series, pristine)
+        except OverlayError:
+            continue
+        return Overlay(series, load_overlay_files(overlay_dir))
+    raise OverlayError(
+        f"{target.root} names no torch version and its files are none of the "
+        f"pristine releases the overlay supports ({', '.join(supported_releases())})"
+    )
+
+
 def apply(target: Target, overlay: Overlay) -> str:
     check_version(target)
     label = fusion_label(target.version)
@@ -530,7 +567,7 @@ def verify(target: Target, overlay: Overlay, require_pristine: bool = False) -> 
     if state is None:
         return (
             f"ok: not applied; {count} upstream file(s) of {root} match the pinned "
-            "torch 2.13.0 hashes"
+            f"torch {overlay.series.release} hashes"
         )
     if leftover:
         return (
@@ -546,7 +583,7 @@ def verify(target: Target, overlay: Overlay, require_pristine: bool = False) -> 
     return (
         f"ok: overlay applied to {root} ({freshness}); installed files are as "
         f"applied and the backups of {count} upstream file(s) match the pinned "
-        "torch 2.13.0 hashes"
+        f"torch {overlay.series.release} hashes"
     )
 
 
@@ -628,7 +665,10 @@ def build_parser() -> argparse.ArgumentParser:
         "or torch/ itself; default: this interpreter's torch",
     )
     parser.add_argument(
-        "--patches", type=Path, default=DEFAULT_PATCHES_DIR, help="dir with series"
+        "--patches",
+        type=Path,
+        default=None,
+        help="dir with series; default: patches/<the target's torch release>",
     )
     parser.add_argument(
         "--overlay", type=Path, default=DEFAULT_OVERLAY_DIR, help="dir mirroring torch/"
@@ -649,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "revert":
             message = revert(target, force=args.force)
         else:
-            overlay = load_overlay(args.patches, args.overlay)
+            overlay = overlay_for(target, args.patches, args.overlay)
             if args.command == "verify":
                 message = verify(target, overlay, require_pristine=args.pristine)
             else:

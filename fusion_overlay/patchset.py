@@ -3,7 +3,11 @@
 Everything the overlay tool needs to know about *our* side: which patches in
 which order, which upstream files they touch (read from the diffs themselves,
 never listed by hand), which new modules the overlay adds, and the sha256 each
-touched upstream file must have in a pristine torch 2.13.0.
+touched upstream file must have in a pristine torch of each supported release.
+
+One series per upstream release, in `patches/<release>/` (series, patches,
+pins), each derived from the same per-feature history (tools/series_repo.py);
+the supported releases are the folders that hold a series, nothing else.
 """
 
 from __future__ import annotations
@@ -23,17 +27,68 @@ def _series_data(checkout: Path, installed: Path) -> Path:
     return checkout if checkout.is_dir() else installed
 
 
-DEFAULT_PATCHES_DIR = _series_data(REPO_ROOT / "patches", PACKAGE_DIR / "patches")
+PATCHES_ROOT = _series_data(REPO_ROOT / "patches", PACKAGE_DIR / "patches")
 DEFAULT_OVERLAY_DIR = _series_data(REPO_ROOT / "overlay", PACKAGE_DIR / "torch_overlay")
 SERIES_NAME = "series"
 MANIFEST_NAME = "upstream-sha256.txt"
 
 # "@@ -start[,count] +start[,count] @@": a missing count means 1.
 _HUNK_HEADER = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+# A release folder's name, and the release a torch version string names:
+# "2.14.1", "2.14.1+cu130", "2.14.1a0+git..." -> "2.14.1"; not "2.14.10".
+_RELEASE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+_RELEASE_PREFIX = re.compile(r"([0-9]+\.[0-9]+\.[0-9]+)(?![0-9])")
+# The release `make` and the tools default to: the newest one that installs
+# here without a download (the Makefile's TORCH default says the same).
+DEFAULT_RELEASE = "2.14.1"
 
 
 class SeriesError(Exception):
     """The patch series, a patch, the manifest or the overlay is malformed."""
+
+
+def supported_releases(patches_root: Path = PATCHES_ROOT) -> tuple[str, ...]:
+    """Every release with a series folder, oldest first."""
+    found = [
+        d.name
+        for d in Path(patches_root).iterdir()
+        if d.is_dir() and _RELEASE.fullmatch(d.name) and (d / SERIES_NAME).is_file()
+    ]
+    return tuple(sorted(found, key=lambda r: tuple(int(n) for n in r.split("."))))
+
+
+def release_of(version: str | None) -> str | None:
+    """The release a torch version string names ("2.14.1+cu130" -> "2.14.1")."""
+    match = _RELEASE_PREFIX.match(version or "")
+    return match.group(1) if match else None
+
+
+def patches_dir_for(release: str, patches_root: Path = PATCHES_ROOT) -> Path:
+    """The series folder of a supported release; SeriesError names the others."""
+    supported = supported_releases(patches_root)
+    if release not in supported:
+        raise SeriesError(
+            f"no series for torch {release}; supported: {', '.join(supported)}"
+        )
+    return Path(patches_root) / release
+
+
+def default_release() -> str:
+    """The running interpreter's torch release where a series supports it (read
+    from torch/version.py, without importing torch), else DEFAULT_RELEASE."""
+    from fusion_overlay.target import TargetError, default_target_root
+    from fusion_overlay.target import read_torch_version
+
+    try:
+        version, _ = read_torch_version(default_target_root())
+    except TargetError:
+        return DEFAULT_RELEASE
+    release = release_of(version)
+    return release if release in supported_releases() else DEFAULT_RELEASE
+
+
+# The series the tools use when no torch tree is named: the running torch's.
+DEFAULT_PATCHES_DIR = PATCHES_ROOT / default_release()
 
 
 def sha256_bytes(data: bytes | None) -> str | None:
@@ -66,6 +121,11 @@ class Series:
     patches_dir: Path
     patches: tuple[Patch, ...]
     manifest: dict[str, str]  # torch/... path -> pristine sha256
+
+    @property
+    def release(self) -> str:
+        """The upstream release this series applies to: its folder's name."""
+        return self.patches_dir.name
 
     def touched_paths(self) -> list[str]:
         """Every path any patch touches, in first-touched order."""

@@ -11,10 +11,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-SUPPORTED_VERSION = "2.13.0"
-# "2.13.0", "2.13.0+cpu", "2.13.0a0+git..." - but not "2.13.01".
-_SUPPORTED_VERSION_RE = re.compile(re.escape(SUPPORTED_VERSION) + r"(?![0-9])")
-
 
 # The local label an overlay wheel adds to torch's version (tools/wheel.py):
 # "2.13.0+cpu.fusion.14.h1a2b3c4d" -> "fusion.14.h1a2b3c4d".
@@ -87,14 +83,22 @@ def read_torch_version(root: Path) -> tuple[str | None, str | None]:
     return None, None
 
 
-def check_version(target: Target) -> None:
+def check_version(target: Target) -> str | None:
+    """The supported release the target's torch is, or None when nothing says
+    (the pinned file hashes then pick the series); TargetError for any other
+    release, naming the supported ones."""
+    from fusion_overlay.patchset import release_of, supported_releases
+
     if target.version is None:
-        return  # nothing says; the pinned file hashes are the real guard
-    if not _SUPPORTED_VERSION_RE.match(target.version):
+        return None
+    supported = supported_releases()
+    release = release_of(target.version)
+    if release not in supported:
         raise TargetError(
-            f"{target.version_origin} says torch {target.version}; "
-            f"the overlay is for torch {SUPPORTED_VERSION} only"
+            f"{target.version_origin} says torch {target.version}; the overlay "
+            f"supports torch {', '.join(supported)}"
         )
+    return release
 
 
 def fusion_label(version: str | None) -> str | None:

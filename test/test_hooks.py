@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch._inductor
 
+from fusion_overlay import flags
+from fusion_overlay.patchset import DEFAULT_RELEASE
 from tools import hooks
 
 INDUCTOR = Path(torch._inductor.__file__).parent
@@ -19,13 +22,17 @@ def _row(first_cell: str) -> str:
     )  # fmt: skip
 
 
+@pytest.mark.skipif(
+    flags.RELEASE != DEFAULT_RELEASE,
+    reason=f"the page is read from the default release's ({DEFAULT_RELEASE}) patched torch",
+)
 def test_the_hooks_page_is_current():
     assert hooks.main(["--check"]) == 0, "run: python -m tools.hooks --write"
 
 
 def test_call_sites_name_the_upstream_methods_that_call_a_module():
     sites = hooks.call_sites(INDUCTOR)
-    assert "cpp.py: CppScheduling.codegen_outer_loop_node" in sites["outer_loop.retile"]
+    assert "cpp.py: CppScheduling.codegen_outer_loop_node" in sites["outer_loop.fallbacks"]
     assert "cpp.py: CppVecKernel.store" in sites["emitters.streaming_stores"]
     assert "ir.py: Reduction.create" in sites["lowering.outer_reduction_blocks"]
     # regroup is reached through the fallbacks, never from upstream directly
@@ -51,7 +58,7 @@ def _functions(*paths: Path) -> set[str]:
 
 
 def test_every_flag_names_tests_that_exist():
-    from fusion_overlay.flags import FLAGS
+    from fusion_overlay.flags import ALL_FLAGS as FLAGS
 
     for flag in FLAGS:
         assert flag.tests, flag.name
@@ -75,6 +82,10 @@ def test_a_flag_row_leads_to_its_module_hook_tests_and_page():
     assert page.is_file()
 
 
+@pytest.mark.skipif(
+    "outer_loop_local_buffer_check" not in flags.NAMES,
+    reason="the one flag without a page of its own is not in this release's series",
+)
 def test_a_flag_without_a_page_of_its_own_links_its_modules_feature():
     row = _row("outer_loop_local_buffer_check")
     assert "[0002](features/0002-" in row

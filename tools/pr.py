@@ -1219,7 +1219,8 @@ def commit_base(root: Path, base: dict[str, bytes], env: dict[str, str]) -> str:
 
 def default_base_roots() -> list[Path]:
     roots = []
-    for venv in (REPO_ROOT / ".venv-stock", REPO_ROOT / ".venv"):
+    # every venv of the repo: read_pristine_files keeps only the pinned bytes
+    for venv in sorted(REPO_ROOT.glob(".venv*")):
         found = sorted(venv.glob("lib/python3*/site-packages"))
         if found and (found[0] / "torch").is_dir():
             roots.append(found[0])
@@ -1227,10 +1228,10 @@ def default_base_roots() -> list[Path]:
 
 
 def read_pristine_files(series: Series, roots: Sequence[Path]) -> dict[str, bytes]:
-    """v2.13.0 bytes of every upstream file the series touches, hash-checked."""
+    """Pristine bytes of every upstream file the series touches, hash-checked."""
     if not roots:
         raise ExportError(
-            "no torch 2.13.0 to copy pristine files from: run `make stock-venv` "
+            f"no torch {series.release} to copy pristine files from: run `make stock-venv` "
             "or pass --base-from SITE_PACKAGES"
         )
     created = series.created_paths()
