@@ -14,6 +14,9 @@ ifeq ($(filter $(TORCH),$(SUPPORTED_TORCH)),)
 $(error TORCH=$(TORCH) has no series; supported: $(SUPPORTED_TORCH))
 endif
 TORCH_VERSION := $(TORCH)
+# the release for tools run without a torch of their own (tools.pr, series_repo)
+export FUSION_OVERLAY_TORCH := $(TORCH)
+space := $(subst ,, )
 PIP_TORCH := $(if $(filter 2.15.%,$(TORCH)),PIP_CONSTRAINT=/dev/null)
 TEST_DEPS := numpy expecttest hypothesis pytest pytest-xdist coverage
 # One venv pair per release; .venv and .venv-stock link to TORCH's, so the
@@ -38,12 +41,13 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test test-setup test-slow test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time model-deps bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
+.PHONY: help install stock-venv cross-compiler test test-setup test-versions test-slow test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time model-deps bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
 	@echo "make stock-venv  .venv-stock: pristine torch $(TORCH_VERSION) (reference)"
 	@echo "make test        install + stock-venv + lint + cross-compiler, then pytest $(TESTS)"
+	@echo "make test-versions  the release-dependent tests on every release ($(SUPPORTED_TORCH))"
 	@echo "make test-all    make test, then test-slow (the tests marked slow), make pr (step"
 	@echo "                 check), fuzz-mutants, a 5-minute fuzz run"
 	@echo "make cross-compiler  Debian's aarch64, ppc64le and s390x g++ and clang (apt-get, as"
@@ -70,7 +74,7 @@ help:
 	@echo "make wheel [WHEEL_SOURCE=torch.whl|dir]"
 	@echo "                 the official torch $(TORCH_VERSION) wheel with the overlay -> build/wheel/"
 	@echo "make build PYTORCH_SRC=/path [MAX_JOBS=n]"
-	@echo "                 apply to a v$(TORCH_VERSION) checkout and build it (hours)"
+	@echo "                 apply to a checkout of $(addprefix v,$(SUPPORTED_TORCH)) and build it (hours)"
 	@echo "make rebase-check UPSTREAM_DIR=/path"
 	@echo "                 would the series apply to that upstream tree? per patch and hunk"
 	@echo "make pr [PYTORCH_SRC=/path [ONTO=ref]]"
@@ -151,6 +155,23 @@ test: test-setup
 
 test-setup:
 	$(MAKE) --no-print-directory -j2 --output-sync=target install stock-venv lint cross-compiler
+
+# make test-versions: what depends on the upstream release, on every release
+# (TORCH=2.13.0, 2.14.1, 2.15.0 in turn, each in its own venv pair): apply,
+# verify, revert and the tool's contracts, flags off == stock byte for byte,
+# every feature's tests (agreement with eager and structure), the hooks page
+# and the ci fuzz campaign.  The links are left on TORCH's venvs.
+VERSION_TESTS = test/test_overlay_tool.py test/test_flags_off_matches_stock.py \
+  $(shell $(PYTHON) -m fusion_overlay.flags --test-files) test/test_hooks.py \
+  test/test_series_repo.py test/test_fuzz.py::test_fuzz_ci_profile
+test-versions:
+	@set -e; for release in $(SUPPORTED_TORCH); do \
+	  echo "== torch $$release"; \
+	  $(MAKE) --no-print-directory TORCH=$$release install stock-venv; \
+	  .venv/bin/python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal \
+	    --durations=10 -m "not slow" $(PYTEST_ARGS) $(VERSION_TESTS); \
+	done
+	$(MAKE) --no-print-directory install stock-venv
 
 # The tests marked slow (round trips through pip and fresh venvs).
 test-slow: install stock-venv
@@ -283,9 +304,9 @@ build:
 	  if [ ! -e "$(PYTORCH_SRC)/$$need" ]; then \
 	    echo "error: PYTORCH_SRC=$(PYTORCH_SRC) is not a PyTorch checkout (no $$need)" >&2; exit 2; fi; \
 	done
-	@if ! grep -Eq '^$(subst .,\.,$(TORCH_VERSION))([^0-9]|$$)' "$(PYTORCH_SRC)/version.txt"; then \
+	@if ! grep -Eq '^($(subst $(space),|,$(subst .,\.,$(SUPPORTED_TORCH))))([^0-9]|$$)' "$(PYTORCH_SRC)/version.txt"; then \
 	  echo "error: $(PYTORCH_SRC)/version.txt says $$(head -c 40 "$(PYTORCH_SRC)/version.txt");" \
-	       "check out v$(TORCH_VERSION)" >&2; exit 2; fi
+	       "check out one of $(addprefix v,$(SUPPORTED_TORCH))" >&2; exit 2; fi
 	@if [ -f "$(PYTORCH_SRC)/.gitmodules" ] \
 	    && git -C "$(PYTORCH_SRC)" submodule status --recursive 2>/dev/null | grep -q '^-'; then \
 	  echo "error: $(PYTORCH_SRC) has uninitialized submodules; run" \

@@ -308,6 +308,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--readme"]:
         README.write_text(readme_with_table(README.read_text()))
         return 0
+    if argv == ["--test-files"]:
+        # the files that test the features' behaviour (make test-versions)
+        files = dict.fromkeys(t.partition("::")[0] for f in ALL_FLAGS for t in f.tests)
+        print(" ".join(files))
+        return 0
     print(readme_table(), end="")
     for line in unmet_requirements(settings_from_env()):
         print(f"warning: {line}", file=sys.stderr)

@@ -13,6 +13,7 @@ the supported releases are the folders that hold a series, nothing else.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,16 +76,20 @@ def patches_dir_for(release: str, patches_root: Path = PATCHES_ROOT) -> Path:
 
 def default_release() -> str:
     """The running interpreter's torch release where a series supports it (read
-    from torch/version.py, without importing torch), else DEFAULT_RELEASE."""
+    from torch/version.py, without importing torch); with no torch to ask, the
+    FUSION_OVERLAY_TORCH environment variable (make sets it to TORCH), else
+    DEFAULT_RELEASE."""
     from fusion_overlay.target import TargetError, default_target_root
     from fusion_overlay.target import read_torch_version
 
+    supported = supported_releases()
     try:
         version, _ = read_torch_version(default_target_root())
     except TargetError:
-        return DEFAULT_RELEASE
+        chosen = os.environ.get("FUSION_OVERLAY_TORCH", "")
+        return chosen if chosen in supported else DEFAULT_RELEASE
     release = release_of(version)
-    return release if release in supported_releases() else DEFAULT_RELEASE
+    return release if release in supported else DEFAULT_RELEASE
 
 
 # The series the tools use when no torch tree is named: the running torch's.

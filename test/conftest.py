@@ -1,8 +1,8 @@
 """Shared fixtures: the repo's venvs and throwaway torch trees built from them.
 
 No upstream PyTorch file is committed to this repo; tests that need pristine
-torch 2.13.0 files copy them from the stock venv, or from the overlay's own
-backups in the patched venv.
+files of the release under test (the venvs' torch, RELEASE) copy them from the
+stock venv, or from the overlay's own backups in the patched venv.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO_ROOT))  # tools/, also when it is not pip-installed
 
 from fusion_overlay.overlay import pristine_bytes, read_state  # noqa: E402
 from fusion_overlay.patchset import DEFAULT_PATCHES_DIR, load_manifest, MANIFEST_NAME  # noqa: E402
+from fusion_overlay.flags import RELEASE  # noqa: E402  (the running torch's release)
 
 
 def pytest_addoption(parser) -> None:
@@ -61,15 +62,15 @@ def pristine_source_roots() -> list[Path]:
 
 
 def read_pristine(rel: str) -> bytes:
-    """Pristine torch 2.13.0 bytes of `rel`, from whichever venv has them."""
+    """Pristine torch RELEASE bytes of `rel`, from whichever venv has them."""
     for root in pristine_source_roots():
         data = pristine_bytes(root, read_state(root), rel)
         if data is not None:
             return data
-    pytest.skip("no torch 2.13.0 venv to copy pristine files from (run `make install`)")
+    pytest.skip(f"no torch {RELEASE} venv to copy pristine files from: make install")
 
 
-def write_pristine_torch(root: Path, version: str | None = "2.13.0+cpu") -> Path:
+def write_pristine_torch(root: Path, version: str | None = f"{RELEASE}+cpu") -> Path:
     """A minimal torch/ under `root`: every pinned upstream file, pristine."""
     torch_dir = root / "torch"
     torch_dir.mkdir(parents=True)
@@ -95,18 +96,18 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 @pytest.fixture
 def site_packages(tmp_path: Path) -> Path:
-    """A throwaway site-packages dir with pristine torch 2.13.0 files."""
+    """A throwaway site-packages dir with pristine torch RELEASE files."""
     return write_pristine_torch(tmp_path / "site-packages")
 
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
-    """A fake PyTorch v2.13.0 source checkout (no build, just the layout)."""
+    """A fake PyTorch source checkout of RELEASE (no build, just the layout)."""
     root = write_pristine_torch(tmp_path / "pytorch", version=None)
     (root / "setup.py").write_text(
         "raise SystemExit('stub: not a real PyTorch checkout')\n"
     )
-    (root / "version.txt").write_text("2.13.0\n")
+    (root / "version.txt").write_text(f"{RELEASE}\n")
     return root
 
 

@@ -24,7 +24,7 @@ def _row(first_cell: str) -> str:
 
 @pytest.mark.skipif(
     flags.RELEASE != DEFAULT_RELEASE,
-    reason=f"the page is read from the default release's ({DEFAULT_RELEASE}) patched torch",
+    reason=f"the page is read from the default release's torch, {DEFAULT_RELEASE}",
 )
 def test_the_hooks_page_is_current():
     assert hooks.main(["--check"]) == 0, "run: python -m tools.hooks --write"
@@ -32,7 +32,8 @@ def test_the_hooks_page_is_current():
 
 def test_call_sites_name_the_upstream_methods_that_call_a_module():
     sites = hooks.call_sites(INDUCTOR)
-    assert "cpp.py: CppScheduling.codegen_outer_loop_node" in sites["outer_loop.fallbacks"]
+    outer_loop_node = "cpp.py: CppScheduling.codegen_outer_loop_node"
+    assert outer_loop_node in sites["outer_loop.fallbacks"]
     assert "cpp.py: CppVecKernel.store" in sites["emitters.streaming_stores"]
     assert "ir.py: Reduction.create" in sites["lowering.outer_reduction_blocks"]
     # regroup is reached through the fallbacks, never from upstream directly

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch._inductor
 
+from fusion_overlay import flags
 from fusion_overlay.patchset import load_overlay_files
 from tools.hooks import absolute_module
 
@@ -19,10 +20,11 @@ PACKAGE_DIR = "torch/_inductor/codegen/cpp_fusion/"
 # would read as the file's own (decomposition.py's softmax).
 LOCAL_IMPORTS = {
     ("codegen/cpp.py", f"{PACKAGE}.outer_loop.fallbacks"),
-    ("codegen/cpp.py", f"{PACKAGE}.outer_loop.retile"),
     ("decomposition.py", f"{PACKAGE}.lowering.softmax_reciprocal"),
     ("decomposition.py", f"{PACKAGE}.lowering.group_norm_channel_sums"),
 }
+if "outer_loop_local_buffer_check" in flags.NAMES:  # 0006, in series before 2.14.1
+    LOCAL_IMPORTS.add(("codegen/cpp.py", f"{PACKAGE}.outer_loop.retile"))
 PATCHED = ("codegen/cpp.py", "scheduler.py", "ir.py", "lowering.py", "decomposition.py")
 
 

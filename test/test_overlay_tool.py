@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, snapshot
+from conftest import RELEASE, REPO_ROOT, snapshot
 
 from fusion_overlay import overlay as tool
 from fusion_overlay.patchset import (
@@ -18,6 +18,8 @@ from fusion_overlay.patchset import (
     load_overlay_files,
     load_series,
     parse_file_changes,
+    patches_dir_for,
+    supported_releases,
 )
 from fusion_overlay.target import TargetError, resolve_target
 
@@ -86,7 +88,8 @@ def test_wrong_upstream_file_is_refused_and_nothing_changes(site_packages):
     result = run_cli("apply", "--target", str(site_packages))
     assert result.returncode == 1
     assert CONFIG in result.stderr
-    assert "expected sha256 4cdbe0025fd4" in result.stderr and "actual" in result.stderr
+    pinned = load_series(patches_dir_for(RELEASE)).manifest[CONFIG]
+    assert f"expected sha256 {pinned}" in result.stderr and "actual" in result.stderr
     assert snapshot(site_packages) == before
     assert run_cli("verify", "--target", str(site_packages)).returncode == 1
 
@@ -102,7 +105,37 @@ def test_wrong_torch_version_is_refused(tmp_path):
         and "2.12.1" in result.stderr
         and "version.py" in result.stderr
     )
+    # the message names every release the overlay supports
+    for release in supported_releases():
+        assert release in result.stderr, result.stderr
     assert snapshot(root) == before
+
+
+def test_apply_takes_the_series_of_the_targets_release(site_packages):
+    assert run_cli("apply", "--target", str(site_packages)).returncode == 0
+    state = tool.read_state(site_packages)
+    expected = load_series(patches_dir_for(RELEASE))
+    assert [p["name"] for p in state["patches"]] == [p.name for p in expected.patches]
+
+
+def test_another_releases_version_over_these_files_is_refused(tmp_path):
+    from conftest import write_pristine_torch
+
+    others = [r for r in supported_releases() if r != RELEASE]
+    root = write_pristine_torch(tmp_path / "sp", version=f"{others[0]}+cpu")
+    before = snapshot(root)
+    result = run_cli("apply", "--target", str(root))
+    assert result.returncode == 1
+    assert f"is not the pristine torch {others[0]} file" in result.stderr
+    assert snapshot(root) == before
+
+
+def test_a_tree_without_a_version_gets_the_series_its_pins_match(tmp_path):
+    from conftest import write_pristine_torch
+
+    root = write_pristine_torch(tmp_path / "sp", version=None)
+    overlay = tool.overlay_for(resolve_target(root))
+    assert overlay.series.release == RELEASE
 
 
 def test_failing_patch_leaves_target_untouched(site_packages, tmp_path):
@@ -185,7 +218,7 @@ def test_reinstalled_torch_under_an_applied_tree_is_reapplied(site_packages):
 
 def test_source_checkout_target(checkout):
     target = resolve_target(checkout)
-    assert (target.kind, target.version) == ("source", "2.13.0")
+    assert (target.kind, target.version) == ("source", RELEASE)
     before = snapshot(checkout)
     assert run_cli("apply", "--target", str(checkout)).returncode == 0
     status = run_cli("status", "--target", str(checkout / "torch"))
@@ -380,7 +413,7 @@ def test_the_installed_tool_applies_verifies_and_reverts_without_the_checkout(
     """`pip install .` (as `pip install git+<repo>` does): the wheel carries
     the series and the overlay's modules, the dev tooling stays out, and
     `fusion-overlay` run outside the checkout applies, verifies, reports and
-    reverts on a torch 2.13.0 tree."""
+    reverts on a torch tree of the release under test."""
     import zipfile
 
     dist = tmp_path / "dist"
@@ -391,10 +424,11 @@ def test_the_installed_tool_applies_verifies_and_reverts_without_the_checkout(
     )  # fmt: skip
     (built,) = dist.glob("inductor_fusion_overlay-*.whl")
     names = zipfile.ZipFile(built).namelist()
-    assert "fusion_overlay/patches/series" in names
-    assert "fusion_overlay/patches/upstream-sha256.txt" in names
-    patches = [n for n in names if n.startswith("fusion_overlay/patches/0")]
-    assert len(patches) == len(series_names())
+    for release in supported_releases():  # every release's series
+        folder = f"fusion_overlay/patches/{release}/"
+        assert f"{folder}series" in names and f"{folder}upstream-sha256.txt" in names
+        patches = [n for n in names if n.startswith(f"{folder}0")]
+        assert len(patches) == len(load_series(patches_dir_for(release)).patches)
     modules = {n.removeprefix("fusion_overlay/torch_overlay/") for n in names
                if n.startswith("fusion_overlay/torch_overlay/")}  # fmt: skip
     assert modules == set(tool.load_overlay().modules)

@@ -42,12 +42,25 @@ def test_moved_lines_are_an_offset_and_the_tree_is_not_changed(site_packages):
     assert by_name["0001"].status == "clean"  # config.py did not move
 
 
+def leading_context_line(patch_number: str, path: str, pristine: str) -> str:
+    """The first context line of one of the patch's hunks in `path` that
+    appears once in the pristine file (what GNU patch's fuzz may drop)."""
+    patch = next(p for p in load_series().patches if p.name.startswith(patch_number))
+    in_file, lines = False, patch.data.decode().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.startswith("+++ "):
+            in_file = line.startswith(f"+++ b/{path}")
+        elif in_file and line.startswith("@@ "):
+            first = lines[i + 1]
+            if first.startswith(" ") and pristine.count(first[1:]) == 1:
+                return first[1:]
+    raise AssertionError(f"no {patch_number} hunk in {path} has a unique first line")
+
+
 def test_a_changed_context_line_needs_fuzz(site_packages):
-    drift(site_packages, (
-        "                        # fallback to codegen without using Local Buffer\n",
-        "                        # fall back to codegen without a local buffer\n",
-    ))  # fmt: skip
-    assert statuses(site_packages)["0006"] == "fuzz"
+    line = leading_context_line("0002", CPP, (site_packages / CPP).read_text())
+    drift(site_packages, (line, line.rstrip("\n") + "  # upstream edited this\n"))
+    assert statuses(site_packages)["0002"] == "fuzz"
 
 
 def test_a_changed_old_line_is_a_conflict_reported_with_its_hunk(site_packages):

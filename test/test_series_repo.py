@@ -32,7 +32,7 @@ def git(repo: Path, *args: str) -> str:
 def test_export_has_the_pristine_commit_then_one_commit_per_patch(exported):
     subjects = git(exported, "log", "--reverse", "--format=%s").splitlines()
     names = [p.name for p in load_series().patches]
-    assert subjects == [series_repo.PRISTINE_SUBJECT, *names]
+    assert subjects == [series_repo.pristine_subject(load_series().release), *names]
 
 
 def test_import_of_an_unchanged_export_keeps_every_patch_byte_for_byte(

@@ -12,19 +12,20 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, write_pristine_torch
+from conftest import RELEASE, REPO_ROOT, write_pristine_torch
 
 from fusion_overlay import overlay as tool
 from tools import wheel
+from fusion_overlay.patchset import supported_releases
 from fusion_overlay.target import TargetError, resolve_target
 
 TAGS = "cp311-cp311-linux_x86_64"
 LABEL = tool.load_overlay().label
-VERSION = f"2.13.0+cpu.{LABEL}"
+VERSION = f"{RELEASE}+cpu.{LABEL}"
 TOUCHED = tool.load_overlay().series.touched_paths()
 
 
-def make_fake_wheel(directory: Path, version: str = "2.13.0+cpu") -> Path:
+def make_fake_wheel(directory: Path, version: str = f"{RELEASE}+cpu") -> Path:
     """A torch wheel holding the pinned upstream files, a library and dist-info."""
     tree = write_pristine_torch(directory / "tree", version=version)
     (tree / "torch" / "lib").mkdir()
@@ -73,7 +74,7 @@ def test_fake_wheel_gets_the_overlay_a_version_label_and_a_true_record(tmp_path)
         names = set(zf.namelist())
         assert f"Version: {VERSION}\n" in zf.read(f"{info}/METADATA").decode()
         assert f"__version__ = '{VERSION}'" in zf.read("torch/version.py").decode()
-        assert not any(n.startswith("torch-2.13.0+cpu.dist-info/") for n in names)
+        assert not any(n.startswith(f"torch-{RELEASE}+cpu.dist-info/") for n in names)
         assert set(tool.load_overlay().modules) <= names
         assert "torch/.fusion_overlay/state.json" in names
         assert b"outer_loop_fusion_retile" in zf.read("torch/_inductor/config.py")
@@ -112,13 +113,13 @@ def test_same_source_and_series_give_the_same_wheel(tmp_path):
         ("missing", "no such wheel"),
         ("empty-dir", "exactly one torch wheel, found none"),
         ("not-zip", "not a zip archive"),
-        ("wrong-version", "the overlay is for torch 2.13.0 only"),
+        ("wrong-version", "supports torch " + ", ".join(supported_releases())),
         ("overlay-wheel", "already has the overlay"),
         ("other-name", "not named like a torch wheel"),
     ],
 )
 def test_bad_source_is_refused_and_nothing_is_written(tmp_path, case, message):
-    source = tmp_path / f"torch-2.13.0+cpu-{TAGS}.whl"
+    source = tmp_path / f"torch-{RELEASE}+cpu-{TAGS}.whl"
     if case == "empty-dir":
         source = tmp_path / "downloads"
         source.mkdir()
@@ -142,7 +143,8 @@ def test_edited_upstream_file_in_the_wheel_is_refused(tmp_path):
         with pytest.warns(UserWarning, match="Duplicate name"):
             zf.writestr("torch/_inductor/config.py", b"# edited\n")
     out = tmp_path / "out"
-    with pytest.raises(tool.OverlayError, match="not the pristine torch 2.13.0 file"):
+    message = f"not the pristine torch {RELEASE} file"
+    with pytest.raises(tool.OverlayError, match=message):
         build(source, out)
     assert list(out.iterdir()) == []  # no wheel, no leftover stage
 
@@ -163,7 +165,7 @@ def test_cli_reports_a_bad_source_in_one_line(tmp_path):
 
 def label_tree(site_packages: Path, label: str) -> None:
     (site_packages / "torch" / "version.py").write_text(
-        f"__version__ = '2.13.0+cpu.{label}'\n"
+        f"__version__ = '{RELEASE}+cpu.{label}'\n"
     )
 
 
@@ -227,7 +229,7 @@ def run(cmd: list, **kwargs) -> subprocess.CompletedProcess:
 def official_wheel(tmp_path_factory) -> Path:
     download = tmp_path_factory.mktemp("upstream")
     run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-         "--only-binary=:all:", "torch==2.13.0", "-d", str(download)])  # fmt: skip
+         "--only-binary=:all:", f"torch=={RELEASE}", "-d", str(download)])  # fmt: skip
     return wheel.find_source(download)
 
 
@@ -275,14 +277,14 @@ def test_make_build_on_a_source_layout_of_every_python_file_of_the_wheel(
     tmp_path, official_wheel
 ):
     """As far as `make build` goes without PyTorch's C++ sources: the checks,
-    the apply over all of v2.13.0's Python files (no overlay module lands on
+    the apply over all of the release's Python files (no overlay module lands on
     an upstream file), and the patched tree byte-compiles."""
     src = tmp_path / "pytorch"
     with zipfile.ZipFile(official_wheel) as zf:
         for name in zf.namelist():
             if name.endswith(".py") and name.split("/")[0] in ("torch", "torchgen"):
                 zf.extract(name, src)
-    (src / "version.txt").write_text("2.13.0\n")
+    (src / "version.txt").write_text(f"{RELEASE}\n")
     (src / "setup.py").write_text("raise SystemExit('placeholder: no C++ sources')\n")
     (src / "requirements.txt").write_text("")
     result = subprocess.run(

@@ -1,8 +1,9 @@
-"""Export the series as a `git format-patch` set against PyTorch v2.13.0.
+"""Export the series as a `git format-patch` set against its PyTorch release tag.
 
     python -m tools.pr [--out build/pr] [--pytorch-src DIR [--onto REF]]
 
-The export is a partial v2.13.0 tree (only the files the series touches, at
+The export is a partial tree of the release (v2.14.1 by default; make's
+TORCH picks another) (only the files the series touches, at
 their upstream paths), committed as the base, then one commit per patch:
 
 - the patch itself, applied with `git apply`;
@@ -79,7 +80,8 @@ from fusion_overlay.patchset import (
     sha256_bytes,
 )
 
-UPSTREAM_REF = "v2.13.0"
+# the upstream tag the series of the default release applies to
+UPSTREAM_REF = f"v{DEFAULT_PATCHES_DIR.name}"
 DEFAULT_OUT = REPO_ROOT / "build" / "pr"
 DEFAULT_BENCH = REPO_ROOT / "bench" / "results" / "bench.json"
 DEFAULT_UPSTREAM_TEST_SUMMARY = REPO_ROOT / "build" / "upstream-test" / "summary.md"
@@ -1060,8 +1062,9 @@ def pr_description(
         out += [
             "### Step by step",
             "",
-            "Each commit applied to the partial v2.13.0 tree over a pristine torch",
-            "2.13.0, then the tests it adds or changes run there:",
+            f"Each commit applied to the partial {UPSTREAM_REF} tree over a pristine "
+            "torch",
+            f"{UPSTREAM_REF[1:]}, then the tests it adds or changes run there:",
             "",
             *format_checks(step_rows),
             "",
@@ -1214,7 +1217,7 @@ def commit_base(root: Path, base: dict[str, bytes], env: dict[str, str]) -> str:
 
 
 # --------------------------------------------------------------------------
-# Pristine v2.13.0 files
+# Pristine files of the release
 
 
 def default_base_roots() -> list[Path]:
@@ -1231,7 +1234,8 @@ def read_pristine_files(series: Series, roots: Sequence[Path]) -> dict[str, byte
     """Pristine bytes of every upstream file the series touches, hash-checked."""
     if not roots:
         raise ExportError(
-            f"no torch {series.release} to copy pristine files from: run `make stock-venv` "
+            f"no torch {series.release} to copy pristine files from: run "
+            "`make stock-venv` "
             "or pass --base-from SITE_PACKAGES"
         )
     created = series.created_paths()
@@ -1480,7 +1484,7 @@ def write_description(export: Export, bench: dict | None, summary: str | None) -
 
 
 def check_am(export: Export, env: dict[str, str]) -> None:
-    """A fresh partial v2.13.0 tree + `git am` must reach the exported tree."""
+    """A fresh partial release tree + `git am` must reach the exported tree."""
     with tempfile.TemporaryDirectory(prefix="fusion-overlay-am-") as tmp:
         root = Path(tmp) / "pytorch"
         commit_base(root, export.base_files, env)
@@ -1642,7 +1646,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--base-from",
         type=Path,
         action="append",
-        help="site-packages dir holding pristine torch 2.13.0 (default: the venvs)",
+        help="site-packages dir holding the pristine release (default: the venvs)",
     )
     parser.add_argument(
         "--upstream-tests",
@@ -1673,7 +1677,7 @@ def make_runner(args: argparse.Namespace) -> StepRunner | None:
         return None
     roots = args.base_from or default_base_roots()
     if not roots:
-        raise ExportError("no stock torch 2.13.0 to run the step checks on")
+        raise ExportError(f"no stock torch {UPSTREAM_REF[1:]} for the step checks")
     return StepRunner(roots[0])
 
 

@@ -1,8 +1,8 @@
 """The series as a git history and back: edit patches with git, not by hand.
 
-    python -m tools.series_repo export DIR [--torch R]  # pristine, a commit per patch
+    python -m tools.series_repo export DIR [--torch R|all]  # pristine, then patches
     python -m tools.series_repo rebase DIR --onto R2 --pristine-from SITE_PACKAGES
-    python -m tools.series_repo import DIR              # patches/<R>/ from DIR's commits
+    python -m tools.series_repo import DIR              # patches/<R>/ from DIR
 
 `export` writes the pristine files of torch R (default: the running torch's
 release) that R's series touches (hash-checked against
@@ -12,7 +12,11 @@ patches/R/upstream-sha256.txt, copied from the repo's venvs or
 its DEP-3 header as body, on the branch `torch-R`.  Change the history with
 git (`git rebase -i`: edit, reword, exec), then `import`: each commit's diff
 from its parent becomes the patch named by its subject, with its body as
-header; `patches/R/series` follows the commits' order.
+header; `patches/R/series` follows the commits' order.  `--torch all`
+exports every release, a branch each (the pristine files come from each
+release's venv, .venv-stock-R, or --pristine-from): a change made on one
+branch goes to the others with `git cherry-pick`, then each branch is
+imported (`git checkout torch-R`, `import`).
 
 `rebase` is how a new upstream release gets its series: it commits release
 R2's pristine files (from a site-packages or unpacked wheel whose
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,12 +52,15 @@ from fusion_overlay.patchset import (
     patches_dir_for,
     release_of,
     sha256_bytes,
+    supported_releases,
 )
 from fusion_overlay.target import read_torch_version
 from tools.pr import default_base_roots, read_pristine_files
 
 HEADER_END = "---\n"
-_PRISTINE = re.compile(r"pristine torch ([0-9]+\.[0-9]+\.[0-9]+) files the series touches")
+_PRISTINE = re.compile(
+    r"pristine torch ([0-9]+\.[0-9]+\.[0-9]+) files the series touches"
+)
 MANIFEST_HEADER = """\
 # sha256 of the upstream files of torch {release} that the patch series may touch,
 # as shipped in the wheel and in the v{release} source tree (paths relative to the
@@ -103,16 +111,25 @@ def export(
     patches_dir: Path | None = None,
     pristine_from: list[Path] | None = None,
     release: str | None = None,
+    keep: bool = False,
 ) -> None:
-    """`release` names the pristine commit; default: the series folder's name."""
-    if repo.exists() and any(repo.iterdir()):
+    """`release` names the pristine commit; default: the series folder's name.
+    `keep`: add the branch to the export already in `repo`."""
+    if repo.exists() and any(repo.iterdir()) and not keep:
         raise SeriesRepoError(f"{repo} exists and is not empty")
     series = load_series(patches_dir or patches_dir_for(default_release()))
     release = release or series.release
     roots = [*(pristine_from or []), *default_base_roots()]
     pristine = read_pristine_files(series, roots)
     repo.mkdir(parents=True, exist_ok=True)
-    git(repo, "init", "--quiet", "--initial-branch", f"torch-{release}")
+    if (repo / ".git").is_dir():  # another release's branch is there already
+        git(repo, "checkout", "--quiet", "--orphan", f"torch-{release}")
+        git(repo, "rm", "-r", "--quiet", "--cached", ".")
+        for path in repo.iterdir():
+            if path.name != ".git":
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+    else:
+        git(repo, "init", "--quiet", "--initial-branch", f"torch-{release}")
     for rel, data in pristine.items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_bytes(data)
@@ -257,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("export", "rebase", "import"))
     parser.add_argument("repo", type=Path)
-    parser.add_argument("--torch", help="export: the release (default: this torch's)")
+    parser.add_argument(
+        "--torch", help="export: the release, or all (default: this torch's)"
+    )
     parser.add_argument("--onto", help="rebase: the new release")
     parser.add_argument(
         "--pristine-from", type=Path, help="site-packages or unpacked wheel of it"
@@ -265,10 +284,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "export":
-            release = args.torch or default_release()
             roots = [args.pristine_from] if args.pristine_from else []
-            export(args.repo, patches_dir_for(release), roots)
-            print(f"exported the torch {release} series to {args.repo}")
+            releases = (
+                supported_releases() if args.torch == "all"
+                else [args.torch or default_release()]
+            )  # fmt: skip
+            for i, release in enumerate(releases):
+                export(args.repo, patches_dir_for(release), roots, keep=i > 0)
+                print(f"exported the torch {release} series to {args.repo}, "
+                      f"branch torch-{release}")  # fmt: skip
         elif args.command == "rebase":
             if not (args.onto and args.pristine_from):
                 parser.error("rebase needs --onto RELEASE and --pristine-from DIR")

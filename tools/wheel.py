@@ -1,13 +1,14 @@
-"""A torch wheel with the overlay applied, made from the official 2.13.0 wheel.
+"""A torch wheel with the overlay applied, made from an official torch wheel.
 
     python -m tools.wheel SOURCE [--out DIR]
 
-SOURCE is a torch 2.13.0 wheel, or a directory holding exactly one (what
-`pip download torch==2.13.0 --no-deps -d DIR` leaves).  The wheel is unpacked
+SOURCE is a torch wheel of a supported release (2.13.0, 2.14.1, 2.15.0; the
+series is that release's), or a directory holding exactly one (what
+`pip download torch==2.14.1 --no-deps -d DIR` leaves).  The wheel is unpacked
 to a temporary directory, the overlay is applied there with the overlay tool
 (pinned upstream hashes, staged and atomic, backups and state.json in
 torch/.fusion_overlay/ as on any other target), and the version becomes
-2.13.0+<upstream label>.fusion.<patches>.h<hash> (`version_label`) in
+<release>+<upstream label>.fusion.<patches>.h<hash> (`version_label`) in
 torch/version.py, METADATA and the names of the .dist-info directory and the
 wheel.  RECORD is rewritten: new hashes and sizes for every changed or added
 file.  Members that did not change are copied compressed, byte for byte, so
@@ -33,9 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fusion_overlay.overlay import Overlay, OverlayError, apply, load_overlay
-from fusion_overlay.patchset import REPO_ROOT, SeriesError
+from fusion_overlay.patchset import (
+    REPO_ROOT,
+    SeriesError,
+    default_release,
+    patches_dir_for,
+    release_of,
+)
 from fusion_overlay.target import (
-    SUPPORTED_VERSION,
     Target,
     TargetError,
     check_version,
@@ -76,20 +82,21 @@ def find_source(path: Path) -> Path:
             found = ", ".join(w.name for w in wheels) or "none"
             raise WheelError(
                 f"{path} should hold exactly one torch wheel, found {found}; "
-                f"fill it with `pip download torch=={SUPPORTED_VERSION} --no-deps "
+                f"fill it with `pip download torch=={default_release()} --no-deps "
                 f"-d {path}`"
             )
         return wheels[0]
     if not path.is_file():
         raise WheelError(
             f"no such wheel: {path} (get one with `pip download "
-            f"torch=={SUPPORTED_VERSION} --no-deps`)"
+            f"torch=={default_release()} --no-deps`)"
         )
     return path
 
 
 def inspect_source(path: Path) -> SourceWheel:
-    """Check that `path` is an official torch 2.13.0 wheel, without unpacking it."""
+    """Check that `path` is an official torch wheel of a supported release,
+    without unpacking it."""
     match = _WHEEL_NAME.match(path.name)
     if match is None:
         raise WheelError(
@@ -244,8 +251,11 @@ class Built:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
 
 
-def build(source_path: Path, out_dir: Path, overlay: Overlay) -> Built:
+def build(source_path: Path, out_dir: Path, overlay: Overlay | None = None) -> Built:
+    """`overlay`: default, the series of the source wheel's release."""
     source = inspect_source(find_source(Path(source_path)))
+    if overlay is None:
+        overlay = load_overlay(patches_dir_for(release_of(source.version) or ""))
     version = overlay_version(source.version, overlay.label)
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / f"torch-{version}-{source.tags}.whl"
@@ -322,11 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.wheel", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("source", type=Path, help="torch 2.13.0 wheel or a dir")
+    parser.add_argument("source", type=Path, help="torch wheel or a dir holding one")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT_DIR, help="output dir")
     args = parser.parse_args(argv)
     try:
-        built = build(args.source, args.out, load_overlay())
+        built = build(args.source, args.out)
     except (WheelError, OverlayError, TargetError, SeriesError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

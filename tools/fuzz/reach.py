@@ -39,7 +39,7 @@ def _block_fused(args, result) -> bool:
     return bool(is_outer_block_fusion(args[0]))
 
 
-REACH = (
+ALL_REACH = (
     Decision(
         "0002",
         "re-tile",
@@ -211,6 +211,17 @@ REACH = (
     ),
 )
 
+
+
+def _series_patches() -> set[str]:
+    from fusion_overlay.patchset import DEFAULT_PATCHES_DIR, load_series
+
+    return {patch.name[:4] for patch in load_series(DEFAULT_PATCHES_DIR).patches}
+
+
+# The decisions of the running torch's series: a patch stock has caught up
+# with (0006 from 2.14.1 on) is not in it, and has nothing to reach.
+REACH = tuple(d for d in ALL_REACH if d.feature in _series_patches())
 FEATURES = tuple(dict.fromkeys(d.feature for d in REACH))
 TITLES = {d.feature: d.title.split(" (")[0] for d in REACH}
 
