@@ -41,13 +41,14 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test test-setup test-versions test-slow test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time model-deps bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
+.PHONY: help install stock-venv cross-compiler test test-setup test-versions test-release test-slow test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time model-deps bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
 	@echo "make stock-venv  .venv-stock: pristine torch $(TORCH_VERSION) (reference)"
 	@echo "make test        install + stock-venv + lint + cross-compiler, then pytest $(TESTS)"
 	@echo "make test-versions  the release-dependent tests on every release ($(SUPPORTED_TORCH))"
+	@echo "make test-release   the same on TORCH alone"
 	@echo "make test-all    make test, then test-slow (the tests marked slow), make pr (step"
 	@echo "                 check), fuzz-mutants, a 5-minute fuzz run"
 	@echo "make cross-compiler  Debian's aarch64, ppc64le and s390x g++ and clang (apt-get, as"
@@ -164,14 +165,16 @@ test-setup:
 VERSION_TESTS = test/test_overlay_tool.py test/test_flags_off_matches_stock.py \
   $(shell $(PYTHON) -m fusion_overlay.flags --test-files) test/test_hooks.py \
   test/test_series_repo.py test/test_fuzz.py::test_fuzz_ci_profile
+# make test-release: the same for TORCH alone (one CI matrix job per release).
 test-versions:
 	@set -e; for release in $(SUPPORTED_TORCH); do \
-	  echo "== torch $$release"; \
-	  $(MAKE) --no-print-directory TORCH=$$release install stock-venv; \
-	  .venv/bin/python -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal \
-	    --durations=10 -m "not slow" $(PYTEST_ARGS) $(VERSION_TESTS); \
+	  echo "== torch $$release"; $(MAKE) --no-print-directory TORCH=$$release test-release; \
 	done
 	$(MAKE) --no-print-directory install stock-venv
+
+test-release: install stock-venv
+	$(VENV_PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal \
+	  --durations=10 -m "not slow" $(PYTEST_ARGS) $(VERSION_TESTS)
 
 # The tests marked slow (round trips through pip and fresh venvs).
 test-slow: install stock-venv
@@ -324,9 +327,9 @@ WHEEL_SOURCE ?=
 WHEEL_DOWNLOAD := build/wheel/upstream
 wheel:
 	@if [ -z "$(WHEEL_SOURCE)" ]; then \
-	  $(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: \
-	    torch==$(TORCH_VERSION) -d $(WHEEL_DOWNLOAD); fi
-	$(PYTHON) -m tools.wheel "$(or $(WHEEL_SOURCE),$(WHEEL_DOWNLOAD))" --out build/wheel
+	  $(PIP_TORCH) $(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: \
+	    torch==$(TORCH_VERSION) -d $(WHEEL_DOWNLOAD)/$(TORCH_VERSION); fi
+	$(PYTHON) -m tools.wheel "$(or $(WHEEL_SOURCE),$(WHEEL_DOWNLOAD)/$(TORCH_VERSION))" --out build/wheel
 
 # make rebase-check: tools/rebase_check.py (docs/rebase-status.md).  The
 # directory holds upstream files at torch/... paths (a checkout at any commit,

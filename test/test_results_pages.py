@@ -54,7 +54,7 @@ def repo(tmp_path, monkeypatch):
 def test_publish_writes_the_page_and_the_readme_table(repo):
     root, source = repo
     pages.publish(["bench"], source)
-    page = (root / "docs" / "results" / "bench.md").read_text()
+    page = (root / "docs" / "results" / "bench-2.13.0.md").read_text()
     for text in (RUN["command"], RUN["machine"], RUN["date"], "| layernorm | 1 |"):
         assert text in page
     readme = (root / "README.md").read_text()
@@ -68,9 +68,9 @@ def test_a_number_edited_by_hand_is_caught(repo):
     pages.publish(["bench"], source)
     readme = root / "README.md"
     readme.write_text(readme.read_text().replace("0.49", "0.39"))
-    page = root / "docs" / "results" / "bench.md"
+    page = root / "docs" / "results" / "bench-2.13.0.md"
     page.write_text(page.read_text().replace("0.49", "0.39"))
-    assert sorted(pages.check()) == ["README.md", "docs/results/bench.md"]
+    assert sorted(pages.check()) == ["README.md", "docs/results/bench-2.13.0.md"]
     assert pages.main(["--check"]) == 1
 
 
@@ -86,3 +86,35 @@ def test_a_run_without_its_record_is_refused(repo):
 
 def test_the_committed_pages_are_what_their_data_gives():
     assert pages.check() == []
+
+
+def test_each_release_gets_its_page_and_the_releases_page_names_what_moved(repo):
+    root, source = repo
+    pages.publish(["bench"], source)
+    data = json.loads((source / "bench.json").read_text())
+    data["run"] = {**RUN, "torch": "2.14.1+cu130"}
+    data["rows"] = [row("layernorm", 1, 0.70), row("layernorm", 2, 0.51)]
+    data["rows"][0]["stock_nests"] = 3
+    (source / "bench.json").write_text(json.dumps(data))
+    pages.publish(["bench"], source)
+    results = root / "docs" / "results"
+    assert (results / "bench-2.13.0.md").is_file()
+    assert "Torch: 2.14.1+cu130" in (results / "bench-2.14.1.md").read_text()
+    # the README shows the newest release
+    assert "on torch 2.14.1" in (root / "README.md").read_text()
+    text = (results / "bench-releases.md").read_text()
+    assert "| layernorm | 4 → 1 | 2.00 | 0.49 | 3 → 1 | 2.00 | 0.70 |" in text
+    assert "layernorm, 2.13.0 → 2.14.1: loop nests 4 → 1 became 3 → 1" in text
+    assert "the overlay pays less (patched/stock 0.49 → 0.70)" in text
+    assert "stock got" not in text  # stock/eager did not move
+    assert pages.check() == []
+
+
+def test_a_run_that_names_no_torch_is_refused(repo):
+    root, source = repo
+    data = json.loads((source / "bench.json").read_text())
+    data["header"] = "no torch here"
+    (source / "bench.json").write_text(json.dumps(data))
+    with pytest.raises(pages.ResultsError, match="no torch version"):
+        pages.publish(["bench"], source)
+    assert not (root / "docs").exists()

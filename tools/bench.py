@@ -623,7 +623,15 @@ def run_record(argv: list[str], isa: str, module: str = "tools.bench") -> dict:
         "machine": f"{cpu_model()}, {platform.machine()}, {isa}, "
         f"{os.cpu_count()} cores",
         "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "torch": _torch_version(),
     }
+
+
+def _torch_version() -> str:
+    """This interpreter's torch version, read without importing torch."""
+    from fusion_overlay.target import default_target_root, read_torch_version
+
+    return read_torch_version(default_target_root())[0] or "unknown"
 
 
 def _merge_default_malloc(rows: list[dict], default_rows: list[dict]) -> None:
