@@ -199,7 +199,19 @@ def releases_page(runs: dict[str, dict]) -> str:
                 notes += _changes(workload, before, (release, figures))
             before = (release, figures)
         lines.append(f"| {workload} | " + " | ".join(cells) + " |")
+    machines = {d["run"]["machine"] for d in runs.values()}
     lines += ["", "## What changed between releases", ""]
+    if len(machines) > 1:
+        lines += [
+            "The runs come from different machines: what follows mixes the "
+            "machines' differences (ISA, cache sizes) with the releases'.",
+            "",
+        ]
+    lines += [
+        "Each release is one run: a figure's move is a candidate until more "
+        "runs on the same machine decide it.",
+        "",
+    ]
     lines += notes or ["Nothing moved by more than the threshold."]
     return "\n".join(lines) + "\n"
 
