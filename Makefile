@@ -118,12 +118,12 @@ stock-venv: $(STOCK_VENV_DIR)/.deps-installed
 
 # Lint tools, pinned: upstream-like ruff rules and mypy (pyproject.toml).
 LINT_DEPS := ruff==0.17.6 mypy==2.4.1
-$(VENV)/.lint-deps-installed: $(VENV)/.deps-installed
-	$(VENV_PY) -m pip install --quiet $(LINT_DEPS)
+$(VENV_DIR)/.lint-deps-installed: $(VENV_DIR)/.deps-installed
+	$(VENV_DIR)/bin/python -m pip install --quiet $(LINT_DEPS)
 	touch $@
 
 # mypy checks the overlay modules inside .venv's patched torch: needs install.
-lint: install $(VENV)/.lint-deps-installed
+lint: install $(VENV_DIR)/.lint-deps-installed
 	$(VENV_PY) -m tools.lint
 
 # test/test_cross_isa_compile.py's compilers: the cross compilers for aarch64
