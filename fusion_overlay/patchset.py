@@ -132,6 +132,10 @@ class Series:
         """The upstream release this series applies to: its folder's name."""
         return self.patches_dir.name
 
+    def numbers(self) -> list[str]:
+        """The patches' numbers ("0002", ...), in series order."""
+        return [patch.name[:4] for patch in self.patches]
+
     def touched_paths(self) -> list[str]:
         """Every path any patch touches, in first-touched order."""
         seen: dict[str, None] = {}

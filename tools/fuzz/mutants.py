@@ -99,10 +99,10 @@ GROUP_NORM = _F + "lowering/group_norm_channel_sums.py"
 WITHOUT_MUTANTS = {"0023": "chooses a block count; every count is correct"}
 
 
-def _series_features() -> set[str]:
-    from fusion_overlay.patchset import DEFAULT_PATCHES_DIR, load_series
+def _series_features() -> list[str]:
+    from .reach import _series_patches
 
-    return {patch.name[:4] for patch in load_series(DEFAULT_PATCHES_DIR).patches}
+    return _series_patches()
 
 ALL_MUTANTS = (
     # 0002 re-tile

@@ -213,10 +213,10 @@ ALL_REACH = (
 
 
 
-def _series_patches() -> set[str]:
-    from fusion_overlay.patchset import DEFAULT_PATCHES_DIR, load_series
+def _series_patches() -> list[str]:
+    from fusion_overlay.patchset import load_series
 
-    return {patch.name[:4] for patch in load_series(DEFAULT_PATCHES_DIR).patches}
+    return load_series().numbers()
 
 
 # The decisions of the running torch's series: a patch stock has caught up
