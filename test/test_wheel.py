@@ -25,9 +25,12 @@ VERSION = f"{RELEASE}+cpu.{LABEL}"
 TOUCHED = tool.load_overlay().series.touched_paths()
 
 
-def make_fake_wheel(directory: Path, version: str = f"{RELEASE}+cpu") -> Path:
-    """A torch wheel holding the pinned upstream files, a library and dist-info."""
-    tree = write_pristine_torch(directory / "tree", version=version)
+def make_fake_wheel(
+    directory: Path, version: str = f"{RELEASE}+cpu", version_py: str | None = None
+) -> Path:
+    """A torch wheel holding the pinned upstream files, a library and dist-info;
+    `version_py`: torch.__version__ where it differs from the wheel's name."""
+    tree = write_pristine_torch(directory / "tree", version=version_py or version)
     (tree / "torch" / "lib").mkdir()
     (tree / "torch" / "lib" / "libfake.so").write_bytes(bytes(range(256)) * 64)
     info = f"torch-{version}.dist-info"
@@ -135,6 +138,16 @@ def test_bad_source_is_refused_and_nothing_is_written(tmp_path, case, message):
     with pytest.raises((wheel.WheelError, TargetError), match=message):
         build(source, out)
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_cuda_wheel_keeps_the_local_label_only_its_version_py_names(tmp_path):
+    # PyPI's CUDA wheels: "torch-2.15.0-...whl", torch.__version__ "2.15.0+cu132"
+    source = make_fake_wheel(tmp_path, version=RELEASE, version_py=f"{RELEASE}+cu132")
+    built = build(source, tmp_path / "out")
+    assert built.version == f"{RELEASE}+{LABEL}"
+    with zipfile.ZipFile(built.path) as zf:
+        version_py = zf.read("torch/version.py").decode()
+    assert f"__version__ = '{RELEASE}+cu132.{LABEL}'" in version_py
 
 
 def test_edited_upstream_file_in_the_wheel_is_refused(tmp_path):

@@ -143,12 +143,18 @@ def overlay_version(version: str, label: str) -> str:
 # Edits to the unpacked tree
 
 
-def set_version_py(root: Path, old: str, new: str) -> None:
+def set_version_py(root: Path, old: str, label: str) -> None:
+    """torch.__version__ gains the overlay's label.  PyPI's CUDA wheels name
+    no local label in the file name ("2.15.0") where version.py has one
+    ("2.15.0+cu132"): that label is kept too."""
     path = root / "torch" / "version.py"
     text = path.read_text()
-    found = _VERSION_PY.findall(text)
-    if [v for _, _, v in found] != [old]:
+    found = [v for _, _, v in _VERSION_PY.findall(text)]
+    if len(found) != 1 or not (
+        found[0] == old or ("+" not in old and found[0].startswith(old + "+"))
+    ):
         raise WheelError(f"torch/version.py: expected one __version__ = '{old}'")
+    new = overlay_version(found[0], label)
     path.write_text(_VERSION_PY.sub(lambda m: f"{m[1]}{m[2]}{new}{m[2]}", text))
 
 
@@ -266,7 +272,7 @@ def build(source_path: Path, out_dir: Path, overlay: Overlay | None = None) -> B
         stage = Path(tmp) / "stage"
         src.extractall(stage)
         applied = apply(resolve_target(stage), overlay)
-        set_version_py(stage, source.version, version)
+        set_version_py(stage, source.version, overlay.label)
         partial = Path(tmp) / final.name
         built = _repack(src, source, stage, version, partial)
         os.replace(partial, final)
