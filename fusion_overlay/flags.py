@@ -210,17 +210,15 @@ ALL_FLAGS = (
 
 
 
-def _release_key(release: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in release.split("."))
-
-
 def flags_of(release: str) -> tuple[Flag, ...]:
     """The flags the series of `release` adds: all but those stock has since."""
+    from fusion_overlay.patchset import release_key
+
     return tuple(
         flag
         for flag in ALL_FLAGS
         if not flag.upstream_since
-        or _release_key(release) < _release_key(flag.upstream_since)
+        or release_key(release) < release_key(flag.upstream_since)
     )
 
 

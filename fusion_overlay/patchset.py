@@ -55,7 +55,12 @@ def supported_releases(patches_root: Path = PATCHES_ROOT) -> tuple[str, ...]:
         for d in Path(patches_root).iterdir()
         if d.is_dir() and _RELEASE.fullmatch(d.name) and (d / SERIES_NAME).is_file()
     ]
-    return tuple(sorted(found, key=lambda r: tuple(int(n) for n in r.split("."))))
+    return tuple(sorted(found, key=release_key))
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    """"2.14.1" -> (2, 14, 1): releases sort and compare by this."""
+    return tuple(int(n) for n in release.split("."))
 
 
 def release_of(version: str | None) -> str | None:

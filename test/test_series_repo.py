@@ -97,3 +97,41 @@ def test_a_commit_outside_torch_is_refused(exported, tmp_path):
     git(repo, "commit", "--quiet", "--amend", "--no-edit")
     with pytest.raises(series_repo.SeriesRepoError, match="outside torch/"):
         series_repo.import_(repo, patches_copy(tmp_path))
+
+
+def _next_release(tmp_path: Path, exported: Path, drift: str) -> Path:
+    """A site-packages of a made-up release 9.9.9: the pristine files of the
+    export with `drift` prepended to each (upstream moved on)."""
+    root, _ = series_repo.history_root(exported)
+    site = tmp_path / "site-packages"
+    for rel in git(exported, "ls-tree", "-r", "--name-only", root).split():
+        text = git(exported, "show", f"{root}:{rel}")
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(drift + text)
+    (site / "torch" / "version.py").write_text("__version__ = '9.9.9+cpu'\n")
+    return site
+
+
+def test_rebase_replays_the_history_onto_the_next_release(exported, tmp_path):
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "--quiet", str(exported), str(repo)], check=True)
+    site = _next_release(tmp_path, repo, "# upstream moved on\n" * 3)
+    assert series_repo.rebase(repo, "9.9.9", site)
+    assert git(repo, "branch", "--show-current").strip() == "torch-9.9.9"
+    out = tmp_path / "9.9.9"
+    names = series_repo.import_(repo, out)
+    assert names == [p.name for p in load_series().patches]
+    # the pins come from the new root's files, and the series applies to them
+    pins = (out / "upstream-sha256.txt").read_text()
+    for rel, digest in load_series(out).manifest.items():
+        assert series_repo.sha256_bytes((site / rel).read_bytes()) == digest, rel
+    assert "torch 9.9.9" in pins
+    again = tmp_path / "again"
+    series_repo.export(again, out, [site])
+    assert git(again, "rev-parse", "HEAD:torch") == git(repo, "rev-parse", "HEAD:torch")
+
+
+def test_rebase_refuses_files_of_another_release(exported, tmp_path):
+    site = _next_release(tmp_path, exported, "")
+    with pytest.raises(series_repo.SeriesRepoError, match="not 9.9.8"):
+        series_repo.rebase(exported, "9.9.8", site)

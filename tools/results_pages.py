@@ -24,7 +24,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from fusion_overlay.patchset import REPO_ROOT, release_of
+from fusion_overlay.patchset import REPO_ROOT, release_key, release_of
 from tools import bench_models
 from tools.bench import RESULTS_DIR, markdown_table
 
@@ -80,7 +80,7 @@ def published(stem: str, data_dir: Path | None = None) -> list[str]:
     """The releases with a published `stem` run, oldest first."""
     names = [p.stem for p in (data_dir or DATA_DIR).glob(f"{stem}-*.json")]
     releases = [n.removeprefix(f"{stem}-") for n in names]
-    return sorted(releases, key=lambda r: tuple(int(x) for x in r.split(".")))
+    return sorted(releases, key=release_key)
 
 
 def run_line(data: dict) -> str:

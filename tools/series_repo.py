@@ -121,20 +121,7 @@ def export(
     release = release or series.release
     roots = [*(pristine_from or []), *default_base_roots()]
     pristine = read_pristine_files(series, roots)
-    repo.mkdir(parents=True, exist_ok=True)
-    if (repo / ".git").is_dir():  # another release's branch is there already
-        git(repo, "checkout", "--quiet", "--orphan", f"torch-{release}")
-        git(repo, "rm", "-r", "--quiet", "--cached", ".")
-        for path in repo.iterdir():
-            if path.name != ".git":
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
-    else:
-        git(repo, "init", "--quiet", "--initial-branch", f"torch-{release}")
-    for rel, data in pristine.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_bytes(data)
-    git(repo, "add", "--all")
-    git(repo, "commit", "--quiet", "-m", pristine_subject(release))
+    commit_root(repo, f"torch-{release}", pristine, pristine_subject(release))
     for patch in series.patches:
         header, _ = split_patch(patch.data.decode("utf-8"))
         result = subprocess.run(
@@ -151,6 +138,26 @@ def export(
             input=f"{patch.name}\n\n{header}")  # fmt: skip
 
 
+def commit_root(repo: Path, branch: str, files: dict[str, bytes], subject: str) -> str:
+    """A root commit of `files` on a new `branch` (a new repo, or an orphan
+    branch beside the ones there); its hash."""
+    repo.mkdir(parents=True, exist_ok=True)
+    if (repo / ".git").is_dir():
+        git(repo, "checkout", "--quiet", "--orphan", branch)
+        git(repo, "rm", "-r", "--quiet", "--cached", ".")
+        for path in repo.iterdir():
+            if path.name != ".git":
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+    else:
+        git(repo, "init", "--quiet", "--initial-branch", branch)
+    for rel, data in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_bytes(data)
+    git(repo, "add", "--all")
+    git(repo, "commit", "--quiet", "-m", subject)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
 def rebase(repo: Path, onto: str, pristine_from: Path) -> bool:
     """Replay HEAD's series onto release `onto`'s pristine files; False when
     git stopped at a conflict (resolve, `git rebase --continue`, import)."""
@@ -162,17 +169,13 @@ def rebase(repo: Path, onto: str, pristine_from: Path) -> bool:
         )
     if git(repo, "status", "--porcelain").strip():
         raise SeriesRepoError(f"{repo} has uncommitted changes")
-    paths = git(repo, "ls-tree", "-r", "--name-only", old_root).split()
-    git(repo, "checkout", "--quiet", "--orphan", f"pristine-{onto}")
-    git(repo, "rm", "-r", "--quiet", "--cached", ".")
-    for rel in paths:
+    files: dict[str, bytes] = {}
+    for rel in git(repo, "ls-tree", "-r", "--name-only", old_root).split():
         data = pristine_bytes(pristine_from, read_state(pristine_from), rel)
         if data is None:
             raise SeriesRepoError(f"torch {onto} under {pristine_from} has no {rel}")
-        (repo / rel).write_bytes(data)
-    git(repo, "add", "--", *paths)
-    git(repo, "commit", "--quiet", "-m", pristine_subject(onto))
-    new_root = git(repo, "rev-parse", "HEAD").strip()
+        files[rel] = data
+    new_root = commit_root(repo, f"pristine-{onto}", files, pristine_subject(onto))
     git(repo, "branch", "--quiet", "--force", f"torch-{onto}", f"torch-{old_release}")
     result = subprocess.run(
         ["git", "-C", str(repo), "rebase", "--quiet", "--onto", new_root,

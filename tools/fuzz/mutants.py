@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 from .overlay_coverage import site_root
+from .reach import series_patches
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO_ROOT / "build" / "fuzz-mutants"
@@ -97,12 +98,6 @@ GROUP_NORM = _F + "lowering/group_norm_channel_sums.py"
 # is the one legality check; a mutant admitting argmax would need argmax in
 # the fuzzer's programs, which draw none yet.
 WITHOUT_MUTANTS = {"0023": "chooses a block count; every count is correct"}
-
-
-def _series_features() -> list[str]:
-    from .reach import _series_patches
-
-    return _series_patches()
 
 ALL_MUTANTS = (
     # 0002 re-tile
@@ -963,9 +958,8 @@ ALL_MUTANTS = (
 # The mutants of the running torch's series: a feature stock has caught up
 # with (0006 from 2.14.1 on) keeps its module code but no caller, so its
 # mutants could not be killed.
-MUTANTS = tuple(
-    m for m in ALL_MUTANTS if m.feature in _series_features()
-)
+_SERIES = set(series_patches())
+MUTANTS = tuple(m for m in ALL_MUTANTS if m.feature in _SERIES)
 
 
 class StaleMutant(Exception):

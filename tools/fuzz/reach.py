@@ -213,7 +213,8 @@ ALL_REACH = (
 
 
 
-def _series_patches() -> list[str]:
+def series_patches() -> list[str]:
+    """The patch numbers of the running torch's series."""
     from fusion_overlay.patchset import load_series
 
     return load_series().numbers()
@@ -221,7 +222,8 @@ def _series_patches() -> list[str]:
 
 # The decisions of the running torch's series: a patch stock has caught up
 # with (0006 from 2.14.1 on) is not in it, and has nothing to reach.
-REACH = tuple(d for d in ALL_REACH if d.feature in _series_patches())
+_SERIES = set(series_patches())
+REACH = tuple(d for d in ALL_REACH if d.feature in _SERIES)
 FEATURES = tuple(dict.fromkeys(d.feature for d in REACH))
 TITLES = {d.feature: d.title.split(" (")[0] for d in REACH}
 
