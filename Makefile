@@ -41,7 +41,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test test-setup test-versions test-release test-slow test-all verify uninstall status demo bench bench-shapes bench-models bench-compile-time model-deps bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
+.PHONY: help install stock-venv cross-compiler test test-setup test-versions test-release test-slow test-all verify uninstall status demo bench bench-shapes bench-models bench-pyhpc bench-compile-time model-deps bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -58,6 +58,8 @@ help:
 	@echo "make bench       benchmarks: eager vs stock vs patched -> bench/results/"
 	@echo "make bench-shapes  the same over normalizations of many shapes"
 	@echo "make bench-models  random-init transformers/diffusers models and their norms"
+	@echo "                 (TORCHBENCH_SRC=checkout: TorchBench's pyhpc models too)"
+	@echo "make bench-pyhpc TORCHBENCH_SRC=checkout  TorchBench's pyhpc models alone"
 	@echo "make bench-compile-time  CPU seconds of compiling: stock, loop ordering off, shipped"
 	@echo "                 (COMPILE_TIME_ARGS=\"--suite mismatch|models|fuzz|all\")"
 	@echo "                 (COMPILE_TIME_ARGS=\"--without FLAG,...\": what each feature costs)"
@@ -247,6 +249,11 @@ bench-models: install model-deps
 	$(VENV_PY) -m tools.bench_models $(BENCH_MODELS_ARGS)
 	@case " $(BENCH_MODELS_ARGS) " in *" --quick "*) ;; \
 	  *) $(VENV_PY) -m tools.results_pages --publish models ;; esac
+
+# make bench-pyhpc: TorchBench's pyhpc models, read from the pytorch/benchmark
+# checkout in TORCHBENCH_SRC (never copied here) -> bench/results/pyhpc.md
+bench-pyhpc: install
+	$(VENV_PY) -m tools.bench_models --suite pyhpc $(BENCH_MODELS_ARGS)
 
 # make fuzz: tools/fuzz (docs/fuzzing.md).  Empty values take the profile's
 # defaults (dev: 300 s; a random seed, printed).  Failures -> test/regressions/.

@@ -38,11 +38,12 @@ def test_more_instructions_or_misses_are_marked():
         {
             "workload": "worse", "nests_stock": 3, "nests_patched": 1,
             "same_code": False, "stock": counts, "patched": counts,
-            "Ir_ratio": 1.2, "D1_misses_ratio": 0.5, "LL_misses_ratio": 0.9,
+            "Ir_ratio": 1.2, "I1_misses_ratio": 3.0, "D1_misses_ratio": 0.5,
+            "LL_misses_ratio": 0.9,
             "worse": ["Ir"], "unmodelled": ["prefetch"],
         },
     ]  # fmt: skip
     table = bench_counts.markdown(rows, "main", 3)
     assert "| same | 2→2 | same |" in table
-    row = "| 100 | 1.200 | 0.500 | 5 | 0.900 | more Ir (uses prefetch) |"
+    row = "| 100 | 1.200 | 3.000 | 0.500 | 5 | 0.900 | more Ir (uses prefetch) |"
     assert row in table

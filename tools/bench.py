@@ -195,7 +195,6 @@ def _workloads():
     ]
 
 
-
 def _shape_workloads():
     import torch
 
@@ -230,6 +229,7 @@ def _shape_workloads():
 
 
 SUITES = {"main": ("bench", _workloads), "shapes": ("shapes", _shape_workloads)}
+
 
 def _fresh(fn):
     """A wrapper with its own code object, hence its own dynamo cache entry.
@@ -437,11 +437,14 @@ def run_workload(
     fullgraph: bool = False,
     copies: int = INPUT_COPIES,
     warmup: int = WARMUP_ROUNDS,
+    check: Callable | None = None,
 ) -> dict:
     """Compile stock and patched, then time them with eager, interleaved.
 
     fullgraph: refuse graph breaks (frames resumed after a break are cached on
     the workload's own code objects, which both variants would share).
+    check: ``(variants, args) -> dict`` of more columns (an accuracy check),
+    called after the timing with the eager, stock and patched callables.
     """
     import torch
 
@@ -458,6 +461,9 @@ def run_workload(
         reps,
         warmup,
         generated,
+    )
+    checked = (
+        check({"eager": fn, "stock": stock, "patched": patched}, args) if check else {}
     )
     stats = {name: _summary(t) for name, t in times.items()}
     patched_layers = [t - g for t, g in zip(times["patched"], generated["patched"])]
@@ -483,6 +489,7 @@ def run_workload(
         "stock_compile_s": stock_compile,
         "patched_compile_s": patched_compile,
         "cpu_pressure": _cpu_pressure(),
+        **checked,
     }
 
 

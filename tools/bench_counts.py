@@ -42,7 +42,7 @@ from tools import callgrind_counts
 from tools.bench import RESULTS_DIR
 
 TOLERANCE = 0.01  # counts within 1% of stock's are the same work
-SUITES = ("main", "shapes", "upstream-ops")
+SUITES = ("main", "shapes", "upstream-ops", "pyhpc")
 VARIANTS = ("stock", "patched")
 # Helpers the patched kernels call whose effect the cache simulation misses.
 UNMODELLED = {"prefetch": "prefetch_ahead(", "streaming": "stream_store_f32("}
@@ -56,6 +56,10 @@ def workloads(suite: str) -> list:
     if suite == "upstream-ops":
         cases = bench_models.upstream_cases(quick=False)
         return [bench_models.op_workload(case) for case in cases]
+    if suite == "pyhpc":
+        from tools import torchbench
+
+        return torchbench.pyhpc_workloads()  # from $TORCHBENCH_SRC
     raise ValueError(f"unknown suite {suite!r}")
 
 
@@ -163,10 +167,11 @@ def count_case(opts, name: str, base: dict[str, str], work: Path) -> dict:
         row[variant] = {
             "Ir": totals["Ir"] / opts.calls,
             "kernel_Ir": groups["compiled kernel"] / opts.calls,
+            "I1_misses": totals.get("I1mr", 0) / opts.calls,
             "D1_misses": (totals["D1mr"] + totals["D1mw"]) / opts.calls,
             "LL_misses": (totals["DLmr"] + totals["DLmw"]) / opts.calls,
         }
-    for key in ("Ir", "D1_misses", "LL_misses"):
+    for key in ("Ir", "I1_misses", "D1_misses", "LL_misses"):
         row[f"{key}_ratio"] = row["patched"][key] / max(row["stock"][key], 1)
     row["worse"] = [
         key for key in ("Ir", "LL_misses") if row[f"{key}_ratio"] > 1 + TOLERANCE
@@ -179,20 +184,22 @@ def markdown(rows: list[dict], suite: str, calls: int) -> str:
         f"# Counts: {suite} suite, 1 thread, AVX2, {calls} calls, per call",
         "",
         "| workload | nests stock→patched | C++ | Ir stock | Ir patched/stock "
-        "| D1 misses patched/stock | LL misses stock | LL misses patched/stock | |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| I1 misses patched/stock | D1 misses patched/stock | LL misses stock "
+        "| LL misses patched/stock | |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         nests = f"{r['nests_stock']}→{r['nests_patched']}"
         if r["same_code"]:
-            lines.append(f"| {r['workload']} | {nests} | same | | | | | | |")
+            lines.append(f"| {r['workload']} | {nests} | same | | | | | | | |")
             continue
         mark = "more " + ", ".join(r["worse"]) if r["worse"] else ""
         if r.get("unmodelled"):
             mark += f" (uses {', '.join(r['unmodelled'])})"
         lines.append(
             f"| {r['workload']} | {nests} | differs | {r['stock']['Ir']:,.0f} "
-            f"| {r['Ir_ratio']:.3f} | {r['D1_misses_ratio']:.3f} "
+            f"| {r['Ir_ratio']:.3f} | {r['I1_misses_ratio']:.3f} "
+            f"| {r['D1_misses_ratio']:.3f} "
             f"| {r['stock']['LL_misses']:,.0f} | {r['LL_misses_ratio']:.3f} | {mark} |"
         )
     return "\n".join(lines) + "\n"

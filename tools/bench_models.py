@@ -1,12 +1,20 @@
 """make bench-models: norms, softmax and whole models at the shapes of real networks.
 
-    python -m tools.bench_models [--quick] [--suite ops|models|all] [--threads 1,2]
-                                 [--reps N] [--only NAME,...] [--profile]
+    python -m tools.bench_models [--quick] [--suite ops|models|pyhpc|all]
+                                 [--threads 1,2] [--reps N] [--only NAME,...]
+                                 [--profile]
 
 Models: random-init ``transformers`` and ``diffusers`` models built from
 their configs (no weights are downloaded), real hidden widths and channel
 counts, fewer layers than the full networks so that compiling them stays
 affordable on two cores (each spec says what it cut), eval mode, no_grad.
+
+pyhpc: TorchBench's three pyhpc models (equation_of_state,
+isoneutral_mixing, turbulent_kinetic_energy), read from the pytorch/benchmark
+checkout in ``TORCHBENCH_SRC`` (tools/torchbench.py), at their default eval
+size in float32, each variant's outputs checked against the float64 eager
+reference.  Nearly all of their time is generated code.  ``--suite all``
+includes them when ``TORCHBENCH_SRC`` is set.
 
 Operators: every LayerNorm, GroupNorm (and GroupNorm followed by SiLU),
 InstanceNorm, softmax, log_softmax and RMSNorm pattern those models run,
@@ -52,6 +60,7 @@ from pathlib import Path
 from tools import bench
 
 RESULTS_STEM = "models"
+PYHPC_STEM = "pyhpc"  # --suite pyhpc alone
 TINY_MS = 0.2  # cases below this eager time show the compiled-call floor beside
 # Upstream's operator benchmarks, read at these commits of pytorch/pytorch:
 UPSTREAM_OPERATOR_BENCHMARKS = {
@@ -722,6 +731,25 @@ def run_models(opts, threads) -> list[dict]:
     return rows
 
 
+def run_pyhpc(opts, threads) -> list[dict]:
+    from tools import torchbench
+
+    only = {n for n in opts.only.split(",") if n}
+    rows: list[dict] = []
+    for workload in torchbench.pyhpc_workloads():
+        if only and workload.name not in only:
+            continue
+        rows = _run_rows(
+            "pyhpc",
+            [(workload, {})],
+            opts,
+            threads,
+            fullgraph=True,
+            check=torchbench.pyhpc_check(workload.name),
+        )
+    return rows
+
+
 # ---------------------------------------------------------------- profile
 
 NORM_MARKERS = (
@@ -822,6 +850,18 @@ def markdown(result: dict) -> str:
         notes = {r["workload"]: r.get("note", "") for r in result["models"]}
         lines += [f"- {name}: {note}" for name, note in notes.items()]
         lines += _profile_lines(result["models"])
+    if result.get("pyhpc"):
+        lines += [
+            "",
+            "### TorchBench pyhpc models (float32; errors against the float64 eager"
+            " reference, relative to its largest magnitude)",
+            "",
+            "| model | thr | eager ms (median) | stock ms | patched ms | stock/eager "
+            "| patched/eager | patched/stock | nests stock→patched "
+            "| error eager / stock / patched | check | roofline |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [_pyhpc_line(r) for r in result["pyhpc"]]
     if result["ops"]:
         lines += [
             "",
@@ -856,6 +896,19 @@ def _model_line(r):
         f"| {r['workload']} | {r['threads']} | {_times(r)} | "
         f"{_ratios(r)} | {r['stock_nests']}→{r['patched_nests']} | "
         f"{r['stock_compile_s']:.0f} / {r['patched_compile_s']:.0f} |"
+    )
+
+
+def _pyhpc_line(r):
+    if "error" in r:
+        return f"| {r['workload']} | {r['threads']} | error: {r['error']} ||||||||||"
+    errors = " / ".join(
+        f"{r[f'{v}_f64_error']:.1e}" for v in ("eager", "stock", "patched")
+    )
+    return (
+        f"| {r['workload']} | {r['threads']} | {_times(r)} | {_ratios(r)} | "
+        f"{r['stock_nests']}→{r['patched_nests']} | {errors} | {r['f64_check']} | "
+        f"{r['roofline']:.2f} |"
     )
 
 
@@ -950,6 +1003,7 @@ def _child(opts) -> None:
         "copy_gbs": opts.copy_gbs,
         "ops": [],
         "models": [],
+        "pyhpc": [],
         "cpu_pressure": [bench._cpu_pressure()],
     }
 
@@ -961,6 +1015,10 @@ def _child(opts) -> None:
     bench._compile(lambda x: x.sum(0) + 1, (torch.randn(8, 8),), overlay=False)
     if opts.suite in ("models", "all"):
         run_models(opts, threads)
+    if opts.suite == "pyhpc" or (
+        opts.suite == "all" and os.environ.get("TORCHBENCH_SRC")
+    ):
+        run_pyhpc(opts, threads)
     if opts.suite in ("ops", "all"):
         run_ops(opts, threads)
     save_partial()
@@ -969,7 +1027,9 @@ def _child(opts) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke test: tiny configs")
-    parser.add_argument("--suite", choices=("ops", "models", "all"), default="all")
+    parser.add_argument(
+        "--suite", choices=("ops", "models", "pyhpc", "all"), default="all"
+    )
     parser.add_argument("--threads", default=f"1,{os.cpu_count()}")
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument(
@@ -984,6 +1044,13 @@ def main(argv=None) -> int:
     if opts.child:
         _child(opts)
         return 0
+    if opts.suite == "pyhpc":
+        from tools import torchbench
+
+        try:
+            torchbench.checkout()
+        except torchbench.TorchBenchError as error:
+            parser.error(str(error))
     with tempfile.TemporaryDirectory() as tmp:
         result = _run_child(opts, Path(tmp) / "result.json")
     result["header"] = _header(opts, result)
@@ -994,11 +1061,17 @@ def main(argv=None) -> int:
     )
     text = markdown(result)
     print(text)
-    stem = RESULTS_STEM + ("_quick" if opts.quick else "")
+    stem = (PYHPC_STEM if opts.suite == "pyhpc" else RESULTS_STEM) + (
+        "_quick" if opts.quick else ""
+    )
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / f"{stem}.md").write_text(text)
     (opts.out / f"{stem}.json").write_text(json.dumps(result, indent=2))
-    chart_rows = [r for r in result["models"] + result["ops"] if "error" not in r]
+    chart_rows = [
+        r
+        for r in result["models"] + result.get("pyhpc", []) + result["ops"]
+        if "error" not in r
+    ]
     if bench._chart(chart_rows, opts.out / f"{stem}.png"):
         print(f"chart: {opts.out / f'{stem}.png'}")
     return 0
