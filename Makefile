@@ -252,8 +252,11 @@ bench-models: install model-deps
 
 # make bench-pyhpc: TorchBench's pyhpc models, read from the pytorch/benchmark
 # checkout in TORCHBENCH_SRC (never copied here) -> bench/results/pyhpc.md
+BENCH_PYHPC_ARGS ?= --processes 3
 bench-pyhpc: install
-	$(VENV_PY) -m tools.bench_models --suite pyhpc $(BENCH_MODELS_ARGS)
+	$(VENV_PY) -m tools.bench_models --suite pyhpc $(BENCH_PYHPC_ARGS)
+	@case " $(BENCH_PYHPC_ARGS) " in *" --quick "*) ;; \
+	  *) $(VENV_PY) -m tools.results_pages --publish pyhpc ;; esac
 
 # make fuzz: tools/fuzz (docs/fuzzing.md).  Empty values take the profile's
 # defaults (dev: 300 s; a random seed, printed).  Failures -> test/regressions/.

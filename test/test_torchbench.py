@@ -123,3 +123,17 @@ def test_pyhpc_rows_carry_nests_ratios_and_the_float64_check(checkout):
     text = bm.markdown({"header": "h", "models": [], "ops": [], "pyhpc": [row]})
     (line,) = [l for l in text.splitlines() if l.startswith("| equation_of_state")]
     assert "| ok |" in line
+
+
+def test_processes_merge_into_median_ratios_with_their_range():
+    def run(ratio):
+        row = {"workload": "m", "threads": 1, "stock_over_eager": 1.0,
+               "patched_over_eager": ratio, "patched_over_stock": ratio}  # fmt: skip
+        return {"models": [], "ops": [], "pyhpc": [row], "torch": "t"}
+
+    merged = bm.merge_processes([run(0.9), run(1.2), run(1.0)])
+    (row,) = merged["pyhpc"]
+    assert merged["processes"] == 3
+    assert row["patched_over_stock"] == 1.0
+    assert row["patched_over_stock_range"] == (0.9, 1.2)
+    assert bm._fmt_ratio(row, "patched_over_stock") == "1.00 (0.90-1.20)"

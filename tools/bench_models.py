@@ -822,7 +822,12 @@ def profile_model(spec: ModelSpec, quick: bool, threads: int, reps: int = 5) -> 
 
 
 def _fmt_ratio(row, key):
-    return f"{row[key]:.2f}" if key in row else "-"
+    if key not in row:
+        return "-"
+    low_high = row.get(f"{key}_range")
+    if low_high:
+        return f"{row[key]:.2f} ({low_high[0]:.2f}-{low_high[1]:.2f})"
+    return f"{row[key]:.2f}"
 
 
 def _fmt_ms(row, key):
@@ -878,9 +883,39 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+RATIOS = ("stock_over_eager", "patched_over_eager", "patched_over_stock")
+
+
+def merge_processes(runs: list[dict]) -> dict:
+    """One result from runs of the same suite in separate processes: each
+    row keeps the first process's times and nests, its ratios become the
+    median over the processes, with ``<ratio>_range`` (lowest, highest)."""
+    merged = dict(runs[0])
+    merged["processes"] = len(runs)
+    merged["partial"] = any(r.get("partial") for r in runs)
+    for suite in ("models", "pyhpc", "ops"):
+        rows = []
+        for row in runs[0].get(suite, []):
+            key = (row["workload"], row["threads"])
+            same = [
+                r
+                for run in runs
+                for r in run.get(suite, [])
+                if (r["workload"], r["threads"]) == key and "error" not in r
+            ]
+            row = dict(row)
+            if len(runs) > 1 and "error" not in row:
+                for ratio in RATIOS:
+                    values = [r[ratio] for r in same]
+                    row[ratio] = statistics.median(values)
+                    row[f"{ratio}_range"] = (min(values), max(values))
+            rows.append(row)
+        merged[suite] = rows
+    return merged
+
+
 def _ratios(r):
-    keys = ("stock_over_eager", "patched_over_eager", "patched_over_stock")
-    return " | ".join(_fmt_ratio(r, key) for key in keys)
+    return " | ".join(_fmt_ratio(r, key) for key in RATIOS)
 
 
 def _times(r):
@@ -1036,6 +1071,13 @@ def main(argv=None) -> int:
         "--only", default="", help="model names (their ops, their runs)"
     )
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="run the suite in N processes one after another; ratios show "
+        "the median of the processes and their range",
+    )
     parser.add_argument("--out", type=Path, default=bench.RESULTS_DIR)
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
@@ -1052,7 +1094,11 @@ def main(argv=None) -> int:
         except torchbench.TorchBenchError as error:
             parser.error(str(error))
     with tempfile.TemporaryDirectory() as tmp:
-        result = _run_child(opts, Path(tmp) / "result.json")
+        runs = [
+            _run_child(opts, Path(tmp) / f"result-{i}.json")
+            for i in range(opts.processes)
+        ]
+    result = merge_processes(runs)
     result["header"] = _header(opts, result)
     result["run"] = bench.run_record(
         sys.argv[1:] if argv is None else argv,
@@ -1093,10 +1139,16 @@ def _header(opts, result) -> str:
         f"torch {result['torch']}, {platform.machine()}, {os.cpu_count()} cores, "
         f"{stamp}{' (--quick)' if opts.quick else ''}; "
         f"GLIBC_TUNABLES={bench.NO_PAGE_FAULT_TUNABLES}; "
-        f"medians of {opts.reps} interleaved reps (ops over {bench.INPUT_COPIES} "
-        "staggered "
+        f"medians of {opts.reps} interleaved reps (ops and pyhpc over "
+        f"{bench.INPUT_COPIES} staggered "
         f"input copies, models over {MODEL_INPUT_COPIES}); ratios are medians of "
-        f"per-repetition ratios. Models: patched/stock geomean {geo or 'n/a'}. "
+        "per-repetition ratios"
+        + (
+            f", then the median of {result['processes']} processes (their range)"
+            if result.get("processes", 1) > 1
+            else ""
+        )
+        + f". Models: patched/stock geomean {geo or 'n/a'}. "
         f"Upstream operator benchmarks read at pytorch/pytorch {commits}. "
         f"CPU pressure (start / end): {' | '.join(result['cpu_pressure'])}"
         + (" PARTIAL: the run was cut short." if result.get("partial") else "")

@@ -38,6 +38,7 @@ PAGES = {
     "bench": ("make bench", "the norm, softmax and fusion workloads"),
     "shapes": ("make bench-shapes", "normalizations over many shapes"),
     "models": ("make bench-models", "random-init models and their operators"),
+    "pyhpc": ("make bench-pyhpc", "TorchBench's pyhpc models"),
 }
 # The README's table: one row per workload of the main suite.
 README_COLUMNS = (
@@ -95,7 +96,7 @@ def run_line(data: dict) -> str:
 
 def render_table(stem: str, data: dict) -> str:
     """The table the benchmark itself prints, from its JSON."""
-    if stem == "models":
+    if stem in ("models", "pyhpc"):
         return bench_models.markdown(data).rstrip("\n")
     return markdown_table(data["rows"], data["header"])
 
