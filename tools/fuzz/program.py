@@ -25,7 +25,20 @@ DTYPES = {
 
 # Input layouts.  Each one gives a tensor of the spec's shape whose strides
 # differ from the contiguous ones (except "contiguous").
-LAYOUTS = ("contiguous", "channels_last", "transposed", "strided", "offset", "expanded")
+LAYOUTS = (
+    "contiguous",
+    "channels_last",
+    "transposed",
+    "strided",
+    "offset",
+    "expanded",
+    "storage_offset",
+    "as_strided",
+)
+# Element offsets of the flat layouts: odd, so that no row starts on a
+# vector boundary, and the tensor never starts at its allocation.
+STORAGE_OFFSET = 3
+AS_STRIDED_OFFSET = 5
 
 # Config variants the check compiles under (both with the overlay flags on
 # and off).  "seed" is the forum report's config: every small op becomes its
@@ -52,6 +65,8 @@ class InputSpec:
     ) -> torch.Tensor:
         """The tensor, filled from ``generator`` (ignored on the meta device)."""
         shape, layout = tuple(self.shape), self.layout
+        if layout in ("storage_offset", "as_strided") and shape:
+            return self._flat_view(generator, device)
         if layout == "transposed" and len(shape) >= 2:
             storage = (*shape[:-2], shape[-1], shape[-2])
         elif layout == "strided" and shape:
@@ -83,6 +98,33 @@ class InputSpec:
         if layout == "expanded" and shape:
             return base.expand(shape)
         return base
+
+    def _flat_view(self, generator, device: str) -> torch.Tensor:
+        """A view into a flat allocation at an odd element offset:
+        "storage_offset" is contiguous after the offset (a ``narrow`` of the
+        allocation), "as_strided" also pads every row by one element."""
+        shape = tuple(self.shape)
+        if self.layout == "storage_offset":
+            offset, row = STORAGE_OFFSET, shape[-1]
+        else:
+            offset, row = AS_STRIDED_OFFSET, shape[-1] + 1
+        strides = [1] * len(shape)
+        step = row
+        for d in range(len(shape) - 2, -1, -1):
+            strides[d] = step
+            step *= shape[d]
+        size = offset + (step if len(shape) > 1 else row)
+        flat = self._filled((size,), generator, device)
+        return flat.as_strided(shape, tuple(strides), offset)
+
+    def _filled(self, storage, generator, device: str) -> torch.Tensor:
+        dtype = DTYPES[self.dtype]
+        if device == "meta":
+            return torch.empty(storage, dtype=dtype, device="meta")
+        base = torch.randn(storage, generator=generator, dtype=torch.float32)
+        if self.role == "weight":
+            base = 1.0 + 0.5 * base
+        return base.to(dtype)
 
     @property
     def numel(self) -> int:
@@ -280,9 +322,22 @@ SHIFTS = {
 }
 
 
+# Reductions that take one dim and return indices (or values and indices),
+# and the boolean ones: what the renderer writes for each.
+INDEX_REDUCTIONS = ("argmax", "argmin", "max", "min")
+BOOL_REDUCTIONS = {"any": "{a} > 2", "all": "{a} > -2"}
+
+
 def _render_reduce(args, p) -> str:
     (a,) = args
     op, dims, keep = p["op"], _dims(p["dims"]), p["keepdim"]
+    if op in INDEX_REDUCTIONS:  # max / min: (values, indices)
+        return f"torch.{op}({a}, dim={p['dims'][0]}, keepdim={keep})"
+    if op == "prod":  # factors near 1: a long product stays finite
+        return f"torch.prod({a}.tanh() * 0.05 + 1, dim={p['dims'][0]}, keepdim={keep})"
+    if op in BOOL_REDUCTIONS:  # about one element in 40 decides
+        test = BOOL_REDUCTIONS[op].format(a=a)
+        return f"torch.{op}({test}, dim={dims}, keepdim={keep})"
     if op in ("var_mean", "var", "std"):
         return (
             f"torch.{op}({a}, dim={dims}, keepdim={keep}, correction={p['correction']})"
@@ -317,4 +372,15 @@ RENDERERS = {
     "cast": lambda args, p: f"{args[0]}.to(torch.{p['dtype']})",
     "inplace": lambda args, p: f"{args[0]}.{INPLACE[p['op']]}({args[1]})",
     "shift": lambda args, p: SHIFTS[p["how"]].format(a=args[0], **p),
+    "into_slice": lambda args, p: _render_into_slice(args[0], p),
 }
+
+
+def _render_into_slice(a: str, p: dict) -> str:
+    """``a`` copied into a slice of a new zero buffer (``out=``-style: the
+    kernel that computes ``a`` writes at an offset inside a larger buffer)."""
+    dim, start = p["dim"], p["start"]
+    return (
+        f"(lambda o: (o.narrow({dim}, {start}, {a}.shape[{dim}]).copy_({a}), o)[1])"
+        f"({a}.new_zeros({_dims(p['shape'])}))"
+    )

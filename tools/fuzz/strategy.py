@@ -25,7 +25,10 @@ from hypothesis import strategies as st
 
 from .program import (
     BINARY,
+    BOOL_REDUCTIONS,
     CONFIGS,
+    DTYPES,
+    INDEX_REDUCTIONS,
     LAYOUTS,
     UNARY,
     FuzzCase,
@@ -119,6 +122,8 @@ class _Builder:
     # -- values ------------------------------------------------------------
 
     def add_input(self, spec: InputSpec) -> str:
+        if spec.dtype not in DTYPES:  # shaped after an index or a boolean
+            spec = dataclasses.replace(spec, dtype=self.dtype)
         self.inputs.append(spec)
         name = input_names(self.inputs)[-1]
         self.values.append(_Value(name, spec.make(None, device="meta")))
@@ -202,18 +207,27 @@ class _Builder:
 
     def reduce(self) -> OpSpec | None:
         draw = self.draw
-        a = self.pick(lambda v: v.rank >= 1)
+        op = draw(st.sampled_from(REDUCTIONS))
+        # An index or a boolean is discrete: over computed values, a summation
+        # order (flags on or off, eager) could move it.  Over the inputs it
+        # is exact.
+        exact = op in INDEX_REDUCTIONS or op in BOOL_REDUCTIONS
+        inputs = set(input_names(self.inputs))
+        a = self.pick(lambda v: v.rank >= 1 and (not exact or v.name in inputs))
         if a is None:
             return None
-        op = draw(
-            st.sampled_from(["sum", "mean", "amax", "var_mean", "amin", "var", "std"])
-        )
         dims = self._dims(a.rank)
-        reduced = math.prod(a.shape[d] for d in dims)
-        params = {"op": op, "dims": dims, "keepdim": draw(st.booleans())}
+        if op in ONE_DIM_REDUCTIONS:
+            dims = dims[:1]
+        return self.try_op("reduce", [a.name], self._reduce_params(op, a, dims),
+                           _REDUCE_OUTS.get(op, 1))  # fmt: skip
+
+    def _reduce_params(self, op: str, a: _Value, dims) -> dict:
+        params = {"op": op, "dims": tuple(dims), "keepdim": self.draw(st.booleans())}
         if op in ("var_mean", "var", "std"):
-            params["correction"] = draw(st.integers(0, 1)) if reduced > 1 else 0
-        return self.try_op("reduce", [a.name], params, 2 if op == "var_mean" else 1)
+            reduced = math.prod(a.shape[d] for d in dims)
+            params["correction"] = self.draw(st.integers(0, 1)) if reduced > 1 else 0
+        return params
 
     def _dims(self, rank: int) -> tuple[int, ...]:
         draw = self.draw
@@ -413,6 +427,15 @@ class _Builder:
             else self.draw(st.sampled_from(["bfloat16", "float16"]))
         )
         return self.try_op("cast", [a.name], {"dtype": target})
+
+
+# Every reduction kind Inductor lowers, as the random programs draw them.
+REDUCTIONS = (
+    "sum", "mean", "amax", "var_mean", "amin", "var", "std",
+    "argmax", "argmin", "max", "min", "prod", "any", "all",
+)  # fmt: skip
+ONE_DIM_REDUCTIONS = (*INDEX_REDUCTIONS, "prod")
+_REDUCE_OUTS = {"var_mean": 2, "max": 2, "min": 2}
 
 
 def _broadcastable(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
@@ -752,6 +775,79 @@ def _outer_reduce_family(draw, b: _Builder) -> None:
     _op(b, "binary", [x, r], op=draw(st.sampled_from(["sub", "mul"])))
 
 
+def _reductions_family(draw, b: _Builder) -> None:
+    """Every reduction kind over the inner, middle or outer dim of
+    (N, R, W), at sizes around the features' bounds (0023's 128 KiB of rows
+    under one output index, the accumulators' 32 vector iterations, vector
+    tails), over an input that may start at an odd storage offset; the
+    result combined with the input (broadcast back when kept)."""
+    op = draw(st.sampled_from(REDUCTIONS))
+    rows = draw(st.sampled_from([128, 97, 64, 16, 3]))
+    width = draw(st.sampled_from([512, 353, 1000, 17, 64]))
+    batch = draw(st.sampled_from([2, 1, 4]))
+    shape = _capped([batch, rows, width], b.params.max_numel)
+    layout = draw(st.sampled_from(["contiguous", "storage_offset", "transposed"]))
+    x = _data(b, shape, layout)
+    dims = (draw(st.sampled_from([2, 1, 0])),)
+    r = _op(b, "reduce", [x], _REDUCE_OUTS.get(op, 1), **b._reduce_params(op, x, dims))
+    if r.rank == x.rank:  # kept: broadcast back over the reduced dim
+        _op(b, "binary", [x, r], op="mul")
+    else:
+        _op(b, "unary", [r], op="affine")
+
+
+# The pieces the offsets family concatenates: a row normalization realizes
+# its result, so Inductor's cat writes it in place, at the piece's offset
+# inside the cat's buffer, rather than computing the cat pointwise.
+_PIECES = ("softmax", "layer_norm", "exp")
+# Pieces of 8 floats more than a multiple of 16: flattened and concatenated
+# in front of rows of 512, they start those rows 32 bytes past a 64-byte
+# boundary (aligned for AVX2's stores, not for AVX-512's).
+HALF_VECTOR_PIECES = ((3, 1000), (1, 24), (5, 40))
+
+
+def _offsets_family(draw, b: _Builder) -> None:
+    """Outputs that start inside a larger buffer, inputs that do not start
+    at their allocation: pieces concatenated or stacked (odd row counts put
+    the second piece at an odd element offset; flattened rows of 512 after
+    a piece of 16k + 8 floats start half a vector off), a result copied into
+    a slice of a zero buffer, inputs at odd storage offsets.  Sizes reach the small
+    cache sizes of the fuzz cases, so the kernels stream their stores
+    (0013, whose aligned stores must check the address) and prefetch."""
+    rows = draw(st.sampled_from([1001, 257, 64, 33]))
+    width = draw(st.sampled_from([129, 512, 17, 1000]))
+    shape = _capped([rows, width], b.params.max_numel // 3)
+    layouts = ["storage_offset", "as_strided", "contiguous", "offset"]
+    pieces = [
+        _piece(draw, b, _data(b, shape, draw(st.sampled_from(layouts))))
+        for _ in range(2)
+    ]
+    how = draw(st.sampled_from(["cat", "flat_cat", "stack", "into_slice"]))
+    if how == "flat_cat":  # whole-vector rows at an offset of half a vector
+        head = _piece(draw, b, _data(b, draw(st.sampled_from(HALF_VECTOR_PIECES))))
+        rows = _data(b, _capped([shape[0], 512], b.params.max_numel // 3))
+        flat = [_op(b, "reshape", [v], method="reshape", shape=(-1,))
+                for v in (head, _piece(draw, b, rows))]  # fmt: skip
+        _op(b, "cat", flat, dim=0)
+    elif how == "cat":
+        _op(b, "cat", pieces, dim=draw(st.sampled_from([0, 1])))
+    elif how == "stack":
+        _op(b, "cat", pieces, op="stack", dim=draw(st.sampled_from([0, 1, 2])))
+    else:
+        start = draw(st.sampled_from([1, 3, 16]))
+        grown = (shape[0] + start + 2, shape[1])
+        _op(b, "into_slice", [pieces[0]], dim=0, start=start, shape=grown)
+
+
+def _piece(draw, b: _Builder, x: _Value) -> _Value:
+    kind = draw(st.sampled_from(_PIECES))
+    if kind == "softmax":
+        return _op(b, "softmax", [x], op="softmax", dim=-1)
+    if kind == "layer_norm":
+        return _op(b, "norm", [x], norm="layer_norm", shape=(x.shape[-1],))
+    return _op(b, "unary", [x], op="exp")
+
+
 def _group_norm(draw, b: _Builder, x: _Value) -> _Value:
     """GroupNorm over x's channels, SiLU after it one time in two."""
     channels = x.shape[1]
@@ -768,6 +864,8 @@ FAMILIES = {
     "tiled_outer": _tiled_outer_family,
     "skip": _skip_family,
     "outer_reduce": _outer_reduce_family,
+    "reductions": _reductions_family,
+    "offsets": _offsets_family,
 }
 
 
