@@ -27,11 +27,11 @@ from compile_utils import requires_vectors, vector_lanes
 from conftest import REPO_ROOT, once_per_run
 from hypothesis import HealthCheck, given, settings
 
-from tools.fuzz import check, mutants, reach
+from tools.fuzz import check, mutants, reach, strategy
 from tools.fuzz.check import CheckResult, check_case, compare
 from tools.fuzz.corpus import CORPUS
 from tools.fuzz.overlay_coverage import site_root
-from tools.fuzz.program import FuzzCase, InputSpec
+from tools.fuzz.program import FuzzCase, InputSpec, OpSpec
 from tools.fuzz.repro import known_crashes, signature, write_repro
 from tools.fuzz.runner import (
     _crashed_workers,
@@ -59,7 +59,8 @@ RELU_SOURCE = (
 @pytest.mark.parametrize(
     "layout, contiguous",
     [("contiguous", True), ("channels_last", False), ("transposed", False),
-     ("strided", False), ("offset", False), ("expanded", False)],
+     ("strided", False), ("offset", False), ("expanded", False),
+     ("storage_offset", True), ("as_strided", False)],
 )  # fmt: skip
 def test_input_layouts(layout, contiguous):
     spec = InputSpec((3, 4, 5, 6), layout=layout)
@@ -68,8 +69,62 @@ def test_input_layouts(layout, contiguous):
     meta = spec.make(None, device="meta")
     assert a.shape == meta.shape == (3, 4, 5, 6)
     assert a.stride() == meta.stride()
+    assert a.storage_offset() == meta.storage_offset()
     assert a.is_contiguous() is contiguous
     assert torch.equal(a, b)  # inputs come from the seed
+    if layout in ("storage_offset", "as_strided"):  # odd: no vector boundary
+        assert a.storage_offset() % 2 == 1
+
+
+@pytest.mark.parametrize("op", strategy.REDUCTIONS)
+def test_every_reduction_kind_renders_and_runs(op):
+    x = torch.randn(3, 40, 17)
+    params = {"op": op, "dims": (1,), "keepdim": True}
+    if op in ("var_mean", "var", "std"):
+        params["correction"] = 1
+    outs = ("v1", "v2") if op in ("var_mean", "max", "min") else ("v1",)
+    line = OpSpec("reduce", ("x0",), tuple(params.items()), outs).render()
+    namespace = {"torch": torch, "x0": x}
+    exec(line, namespace)  # noqa: S102 - our own rendered op
+    assert namespace["v1"].shape == (3, 1, 17)
+    if op in ("argmax", "argmin", "max", "min"):  # the indices come last
+        want = getattr(torch, "arg" + op.removeprefix("arg"))(x, 1, keepdim=True)
+        assert torch.equal(namespace[outs[-1]], want)
+
+
+def _drawn(family: str, n: int = 150) -> list:
+    programs = []
+
+    @settings(max_examples=n, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(strategy.targeted_programs(family=family))
+    def collect(program):
+        programs.append(program)
+
+    collect()
+    return programs
+
+
+def test_the_reductions_family_draws_every_kind_over_every_dim():
+    ops = [op for p in _drawn("reductions") for op in p.ops if op.kind == "reduce"]
+    assert {op.param("op") for op in ops} == set(strategy.REDUCTIONS)
+    assert {op.param("dims") for op in ops} >= {(0,), (1,), (2,)}
+    inputs = [s for p in _drawn("reductions") for s in p.inputs]
+    assert any(s.layout == "storage_offset" for s in inputs)
+
+
+def test_the_offsets_family_writes_pieces_at_offsets_inside_larger_buffers():
+    programs = _drawn("offsets")
+    kinds = {(op.kind, op.param("op")) for p in programs for op in p.ops}
+    assert {("cat", None), ("cat", "stack"), ("into_slice", None)} <= kinds
+    flat = [p for p in programs if any(op.param("method") == "reshape" for op in p.ops)]
+    assert flat  # the half-vector offset of flattened whole-vector rows
+    layouts = {s.layout for p in programs for s in p.inputs}
+    assert {"storage_offset", "as_strided"} <= layouts
+    for p in programs[:20]:  # each runs eagerly
+        case = FuzzCase.from_program(p)
+        outs = case.build()(*case.make_inputs())
+        assert all(isinstance(t, torch.Tensor) for t in outs)
 
 
 @settings(max_examples=120, derandomize=True, deadline=None, database=None,
@@ -677,6 +732,15 @@ FEATURE_SEEDS = [
     ("0021-max-not-subtracted", "torch.softmax(x0 * 48.0, dim=1)"),
     # and 0022's seed its other two
     ("0022-spread-of-channel-means-dropped", "x0 + w1 * 4.0"),
+    # one seed for 0023's list: argmax and argmin over rows of 256 KiB
+    # (make fuzz-mutants runs the argmin mutant on it too)
+    ("0023-argmax-splits", "torch.argmax(x0, dim=1"),
+    # a stream store 32 bytes past a 64-byte boundary faults on AVX-512 only
+    pytest.param(
+        "0013-half-aligned-avx512",
+        "torch.cat([v1.reshape((-1,))",
+        marks=pytest.mark.skipif(vector_lanes() != 16, reason="needs AVX-512"),
+    ),
     # the transpose's 2-D tile needs vector kernels
     pytest.param(
         "0018-one-level-unchecked",

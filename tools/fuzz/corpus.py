@@ -366,6 +366,29 @@ CORPUS = (
         config="seed",
         threads=4,
     ),
+    # 0023's list of reductions that may split: argmax and argmin over the
+    # middle dim of (2, 128, 512), 256 KiB of rows under each output index
+    # (only sums, products, max, min and any combine their blocks by the
+    # same reduction), and a variance over it
+    _case(
+        "    v1 = torch.argmax(x0, dim=1, keepdim=False)\n"
+        "    v2 = torch.argmin(x0, dim=1, keepdim=True)\n"
+        "    v3 = torch.var(x0, dim=(1,), keepdim=False, correction=1)\n"
+        "    return (v1, v2, v3,)\n",
+        [(2, 128, 512)],
+        ["reduce", "reduce", "reduce"],
+    ),
+    # 0013's alignment test: softmax rows of 512 (whole vectors, streamed
+    # under a 64 KiB "cache") written in place into a concatenation after
+    # 3000 floats, 32 bytes past a 64-byte boundary
+    _case(
+        "    v1 = torch.exp(x0.clamp(-6, 6))\n    v2 = torch.softmax(x1, dim=-1)\n"
+        "    v3 = torch.cat([v1.reshape((-1,)), v2.reshape((-1,))], dim=0)\n"
+        "    return (v3,)\n",
+        [(3, 1000), (256, 512)],
+        ["unary", "softmax", "reshape", "reshape", "cat"],
+        cache_bytes=65536,
+    ),
     # 0003: GroupNorm(2, 4) with weight and bias: its affine step splits from
     # (N*C, L) to (N*G, C/G, L)
     _case(

@@ -90,14 +90,15 @@ TILES = _F + "scheduling/block_tiles.py"
 PREPEND = _F + "scheduling/block_prepend.py"
 SOFTMAX = _F + "lowering/softmax_reciprocal.py"
 GROUP_NORM = _F + "lowering/group_norm_channel_sums.py"
+OUTER_BLOCKS = _F + "lowering/outer_reduction_blocks.py"
+_SPLITTABLE = 'SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any"})'
 
 # Features whose decisions only choose among equally correct kernels, so no
-# semantic mutant of them can change a result: 0023 picks a block count for
-# upstream's split reduction (create_multilayer masks the last block), and
-# every count gives the same sums.  Its list of reductions that may split
-# is the one legality check; a mutant admitting argmax would need argmax in
-# the fuzzer's programs, which draw none yet.
-WITHOUT_MUTANTS = {"0023": "chooses a block count; every count is correct"}
+# semantic mutant of them can change a result.  (0023 picks a block count
+# for upstream's split reduction, and every count gives the same sums; its
+# mutants admit reductions whose partial results do not combine by the same
+# reduction into its list of reductions that may split.)
+WITHOUT_MUTANTS: dict[str, str] = {}
 
 ALL_MUTANTS = (
     # 0002 re-tile
@@ -952,6 +953,36 @@ ALL_MUTANTS = (
         "return out.to(input.dtype), mean.to(input.dtype), rstd.to(input.dtype)",
         "return out, mean.to(input.dtype), rstd.to(input.dtype)",
         "other",
+    ),
+    # 0023 outer reduction blocks: only reductions whose partial results
+    # combine by the same reduction may split (an argmax of block argmaxes
+    # returns an index inside a block; Welford's partials need its combine)
+    Mutant(
+        "0023",
+        "argmax-splits",
+        OUTER_BLOCKS,
+        _SPLITTABLE,
+        _SPLITTABLE.replace('"any"}', '"any", "argmax"}'),
+        "check",
+    ),
+    Mutant(
+        "0023",
+        "argmin-splits",
+        OUTER_BLOCKS,
+        _SPLITTABLE,
+        _SPLITTABLE.replace('"any"}', '"any", "argmin"}'),
+        "check",
+    ),
+    Mutant(
+        "0023",
+        "welford-splits",
+        OUTER_BLOCKS,
+        _SPLITTABLE,
+        _SPLITTABLE.replace('"any"}', '"any", "welford_reduce"}'),
+        "check",
+        equivalent="the hook sits in Reduction.create, and a Welford "
+        "reduction is created by WelfordReduction.create, which never calls "
+        "it: the list guards against a future caller, no program reaches it",
     ),
 )
 
