@@ -88,6 +88,11 @@ def test_relative_error_is_scaled_by_the_reference_and_catches_nonfinite():
     assert torchbench.relative_error(out, ref) == pytest.approx(0.01)
     bad = (torch.tensor([float("nan"), -50.0]), torch.tensor([1.0]))
     assert torchbench.relative_error(bad, ref) == float("inf")
+    # beyond float32's range the reference overflows in every variant alike
+    huge = (torch.tensor([1e300, 2.0], dtype=torch.float64),)
+    assert torchbench.relative_error((torch.tensor([float("inf"), 2.2]),), huge) == (
+        pytest.approx(0.1)
+    )
 
 
 def test_the_check_fails_a_variant_far_less_accurate_than_eager(checkout):
