@@ -15,6 +15,7 @@ import os
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 PYHPC = (
     "pyhpc_equation_of_state",
@@ -70,15 +71,15 @@ def _install_stand_ins(root: Path) -> None:
         del sys.modules[name]
     package = types.ModuleType("torchbenchmark")
     package.__path__ = [str(root / "torchbenchmark")]
-    package._fusion_overlay_root = root
+    setattr(package, "_fusion_overlay_root", root)  # noqa: B010
     models = types.ModuleType("torchbenchmark.models")
     models.__path__ = [str(root / "torchbenchmark" / "models")]
     util = types.ModuleType("torchbenchmark.util")
     util.__path__ = []
     model = types.ModuleType("torchbenchmark.util.model")
-    model.BenchmarkModel = _BenchmarkModel
+    setattr(model, "BenchmarkModel", _BenchmarkModel)  # noqa: B010
     tasks = types.ModuleType("torchbenchmark.tasks")
-    tasks.OTHER = types.SimpleNamespace(OTHER_TASKS="other")
+    setattr(tasks, "OTHER", types.SimpleNamespace(OTHER_TASKS="other"))  # noqa: B010
     for m in (package, models, util, model, tasks):
         sys.modules[m.__name__] = m
 
@@ -86,7 +87,7 @@ def _install_stand_ins(root: Path) -> None:
 @dataclasses.dataclass
 class Loaded:
     name: str
-    module: object  # torch.nn.Module in eval mode
+    module: Any  # torch.nn.Module in eval mode
     inputs: tuple  # TorchBench's own inputs (float64 where it makes them so)
 
 
