@@ -14,11 +14,14 @@ import re
 import pytest
 import torch
 from compile_utils import (
+    NO_CACHES,
     compile_and_inspect,
     compile_and_run,
+    overlay_flags,
     requires_vectors,
     vector_lanes,
 )
+from torch._inductor import config
 from torch._inductor.codegen.cpp_fusion.emitters.accumulators import CASCADE_CHUNK
 from torch._inductor.codegen.cpp_fusion.costs import (
     ACCUMULATORS,
@@ -81,10 +84,6 @@ def test_rows_longer_than_the_cascade_chunk_keep_cascade_summation():
 def _row_sum_errors_in_ulps(overlay: bool, threads: int, inputs) -> torch.Tensor:
     """Each row sum's error against float64, in units of the result's last
     place, with the kernel compiled once for ``threads`` threads."""
-    from torch._inductor import config
-
-    from compile_utils import NO_CACHES, overlay_flags
-
     torch._dynamo.reset()
     compiled = torch.compile(lambda x: x.sum(-1), dynamic=False)
     with config.patch({**overlay_flags(overlay), **NO_CACHES, "cpp.threads": threads}):
