@@ -88,6 +88,12 @@ def test_relative_error_is_scaled_by_the_reference_and_catches_nonfinite():
     assert torchbench.relative_error(out, ref) == pytest.approx(0.01)
     bad = (torch.tensor([float("nan"), -50.0]), torch.tensor([1.0]))
     assert torchbench.relative_error(bad, ref) == float("inf")
+    # where eager float32 is non-finite itself, nothing is compared
+    zero_times_inf = (torch.tensor([float("nan"), 2.2]),)
+    eager_finite = [torch.tensor([False, True])]
+    assert torchbench.relative_error(
+        zero_times_inf, (torch.tensor([0.0, 2.0], dtype=torch.float64),), eager_finite
+    ) == pytest.approx(0.1)
     # beyond float32's range the reference overflows in every variant alike
     huge = (torch.tensor([1e300, 2.0], dtype=torch.float64),)
     assert torchbench.relative_error((torch.tensor([float("inf"), 2.2]),), huge) == (

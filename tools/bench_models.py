@@ -940,6 +940,8 @@ def _pyhpc_line(r):
     errors = " / ".join(
         f"{r[f'{v}_f64_error']:.1e}" for v in ("eager", "stock", "patched")
     )
+    if r.get("eager_f32_nonfinite"):
+        errors += f" ({r['eager_f32_nonfinite']:,} non-finite in eager left out)"
     return (
         f"| {r['workload']} | {r['threads']} | {_times(r)} | {_ratios(r)} | "
         f"{r['stock_nests']}→{r['patched_nests']} | {errors} | {r['f64_check']} | "
