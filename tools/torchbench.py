@@ -1,6 +1,6 @@
 """TorchBench models read from a user's pytorch/benchmark checkout.
 
-``TORCHBENCH_SRC`` (or ``--torchbench-src``) names the checkout; its files
+``TORCHBENCH_SRC`` names the checkout; its files
 are read, never copied into this repository.  Only each model's own package
 is imported: its ``BenchmarkModel`` base class and task enum come from
 stand-ins here, since TorchBench's harness pulls in dependencies a model's
@@ -111,7 +111,7 @@ def pyhpc_workloads(src: str | os.PathLike | None = None, dtype_name: str = "flo
     """TorchBench's pyhpc models at their default eval size, as bench workloads.
 
     Timed in float32, what a CPU user runs; the inputs TorchBench makes in
-    float64 are cast (``reference`` gives the float64 check).
+    float64 are cast (``pyhpc_check`` compares against float64).
     """
     from tools import bench
 

@@ -77,14 +77,7 @@ class InputSpec:
             storage = (1, *shape[1:])
         else:
             storage = shape
-        dtype = DTYPES[self.dtype]
-        if device == "meta":
-            base = torch.empty(storage, dtype=dtype, device="meta")
-        else:
-            base = torch.randn(storage, generator=generator, dtype=torch.float32)
-            if self.role == "weight":
-                base = 1.0 + 0.5 * base
-            base = base.to(dtype)
+        base = self._filled(storage, generator, device)
         if layout == "channels_last" and len(shape) == 4:
             return base.contiguous(memory_format=torch.channels_last)
         if layout == "channels_last" and len(shape) == 5:
@@ -113,8 +106,7 @@ class InputSpec:
         for d in range(len(shape) - 2, -1, -1):
             strides[d] = step
             step *= shape[d]
-        size = offset + (step if len(shape) > 1 else row)
-        flat = self._filled((size,), generator, device)
+        flat = self._filled((offset + step,), generator, device)
         return flat.as_strided(shape, tuple(strides), offset)
 
     def _filled(self, storage, generator, device: str) -> torch.Tensor:
