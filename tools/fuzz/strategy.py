@@ -818,25 +818,27 @@ def _offsets_family(draw, b: _Builder) -> None:
     width = draw(st.sampled_from([129, 512, 17, 1000]))
     shape = _capped([rows, width], b.params.max_numel // 3)
     layouts = ["storage_offset", "as_strided", "contiguous", "offset"]
-    pieces = [
-        _piece(draw, b, _data(b, shape, draw(st.sampled_from(layouts))))
-        for _ in range(2)
-    ]
     how = draw(st.sampled_from(["cat", "flat_cat", "stack", "into_slice"]))
     if how == "flat_cat":  # whole-vector rows at an offset of half a vector
-        head = _piece(draw, b, _data(b, draw(st.sampled_from(HALF_VECTOR_PIECES))))
-        rows = _data(b, _capped([shape[0], 512], b.params.max_numel // 3))
-        flat = [_op(b, "reshape", [v], method="reshape", shape=(-1,))
-                for v in (head, _piece(draw, b, rows))]  # fmt: skip
+        head = _data(b, draw(st.sampled_from(HALF_VECTOR_PIECES)))
+        body = _data(b, _capped([shape[0], 512], b.params.max_numel // 3))
+        flat = [_op(b, "reshape", [_piece(draw, b, v)], method="reshape", shape=(-1,))
+                for v in (head, body)]  # fmt: skip
         _op(b, "cat", flat, dim=0)
-    elif how == "cat":
+        return
+    count = 1 if how == "into_slice" else 2
+    pieces = [
+        _piece(draw, b, _data(b, shape, draw(st.sampled_from(layouts))))
+        for _ in range(count)
+    ]
+    if how == "cat":
         _op(b, "cat", pieces, dim=draw(st.sampled_from([0, 1])))
     elif how == "stack":
         _op(b, "cat", pieces, op="stack", dim=draw(st.sampled_from([0, 1, 2])))
     else:
         start = draw(st.sampled_from([1, 3, 16]))
         grown = (shape[0] + start + 2, shape[1])
-        _op(b, "into_slice", [pieces[0]], dim=0, start=start, shape=grown)
+        _op(b, "into_slice", pieces, dim=0, start=start, shape=grown)
 
 
 def _piece(draw, b: _Builder, x: _Value) -> _Value:
