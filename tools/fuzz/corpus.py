@@ -369,7 +369,7 @@ CORPUS = (
     # 0023's list of reductions that may split: argmax and argmin over the
     # middle dim of (2, 128, 512), 256 KiB of rows under each output index
     # (only sums, products, max, min and any combine their blocks by the
-    # same reduction), and a variance over it
+    # same reduction), and a variance over it, lowered to sums that do split
     _case(
         "    v1 = torch.argmax(x0, dim=1, keepdim=False)\n"
         "    v2 = torch.argmin(x0, dim=1, keepdim=True)\n"

@@ -94,10 +94,8 @@ OUTER_BLOCKS = _F + "lowering/outer_reduction_blocks.py"
 _SPLITTABLE = 'SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any"})'
 
 # Features whose decisions only choose among equally correct kernels, so no
-# semantic mutant of them can change a result.  (0023 picks a block count
-# for upstream's split reduction, and every count gives the same sums; its
-# mutants admit reductions whose partial results do not combine by the same
-# reduction into its list of reductions that may split.)
+# semantic mutant of them can change a result (none now: 0023's block count
+# is such a choice, but its list of reductions that may split is not).
 WITHOUT_MUTANTS: dict[str, str] = {}
 
 ALL_MUTANTS = (
