@@ -139,6 +139,8 @@ def case_config(case: FuzzCase, overlay: bool) -> dict:
         extra["cpp.threads"] = case.threads
     if overlay and case.flags == "shipped":
         extra.update(compile_utils.SHIPPED_DEFAULTS)
+    if overlay and case.flags.startswith("without:"):
+        extra[f"cpp.{case.flags.removeprefix('without:')}"] = False
     return extra
 
 

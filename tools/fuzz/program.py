@@ -177,7 +177,9 @@ class FuzzCase:
     config: str = "default"
     kinds: tuple[str, ...] = ()  # op kinds, for statistics only
     # How the flags-on run compiles: "all" (every overlay flag, loop ordering
-    # after fusion included) or "shipped" (the flags' defaults).
+    # after fusion included), "shipped" (the flags' defaults) or
+    # "without:<flag>" (every flag but that one: the code a flag's absence
+    # takes in the features that test it).
     flags: str = "all"
     threads: int = 0  # cpp.threads for both runs; 0: the default
     # $TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES for both runs (0: unset), so
