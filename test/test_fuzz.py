@@ -27,7 +27,9 @@ from compile_utils import requires_vectors, vector_lanes
 from conftest import REPO_ROOT, once_per_run
 from hypothesis import HealthCheck, given, settings
 
-from tools.fuzz import check, mutants, reach, strategy
+from torch._inductor.codegen.cpp_fusion.costs import CACHE_BYTES_ENV
+
+from tools.fuzz import branch_reach, check, mutants, reach, strategy
 from tools.fuzz.check import CheckResult, check_case, compare
 from tools.fuzz.corpus import CORPUS
 from tools.fuzz.overlay_coverage import site_root
@@ -449,17 +451,22 @@ def test_merge_counts_an_interrupted_shard_and_says_so(tmp_path, monkeypatch):
 def test_fuzz_ci_profile(tmp_path, monkeypatch):
     """`make test`'s share of fuzzing, as a campaign of 2 shards run side by
     side and merged: no overlay failure; every overlay feature changed the
-    kernels of at least one program; the shards' seeds and seed programs do
-    not overlap; the Inductor cache they share is kept, pruned to its
-    budget."""
+    kernels of at least one program; every branch of the overlay's decision
+    code that this machine's baseline saw reached is reached again; the
+    shards' seeds and seed programs do not overlap; the Inductor cache they
+    share is kept, pruned to its budget."""
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    # the cost model's cache size from the campaign, not from the machine:
+    # the same programs then take the same branches on every machine of an
+    # ISA (a program's own cache size still overrides it)
+    monkeypatch.setenv(CACHE_BYTES_ENV, str(32 << 20))
     cache, budget = tmp_path / "cache", 4 << 20
     lines: list[str] = []
 
     def shard(i: int):
         return run_fuzz("ci", seed=0, workers=1, shard=(i, 2), cache_dir=cache,
                         cache_budget=budget, out_dir=tmp_path / f"run{i}",
-                        log=lines.append)  # fmt: skip
+                        coverage=True, log=lines.append)  # fmt: skip
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         shards = list(pool.map(shard, (1, 2)))
@@ -493,6 +500,11 @@ def test_fuzz_ci_profile(tmp_path, monkeypatch):
         # prefetch): the campaign then checks values, not reach
         unreached = [f for f, n in stats["reach"].items() if not n]
         assert not unreached, f"features not reached: {unreached}\n{report}"
+    assert summary.branches and summary.branches["programs"] == stats["tried"]
+    lost = branch_reach.check_baseline(summary.branches, branch_reach.baseline_path())
+    assert not lost, "branches the baseline saw reached, not reached:\n" + "\n".join(
+        lost
+    )
 
 
 # --- reach counts -------------------------------------------------------------

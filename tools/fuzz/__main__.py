@@ -1,4 +1,4 @@
-"""python -m tools.fuzz run|merge|sample|worker
+"""python -m tools.fuzz run|merge|branches|sample|worker
 
 See tools/fuzz/runner.py and docs/fuzzing.md.
 """
@@ -107,6 +107,29 @@ def build_parser() -> argparse.ArgumentParser:
     merge = sub.add_parser("merge", help="one summary of the shards' run directories")
     merge.add_argument("dirs", type=Path, nargs="+")
 
+    branches = sub.add_parser(
+        "branches",
+        help="branch reach of runs made with --coverage (a campaign's shards "
+        "together): every branch of the overlay's decision code, the programs "
+        "that took it, the unreached ones and why",
+    )
+    branches.add_argument("dirs", type=Path, nargs="+")
+    branches.add_argument(
+        "--check", action="store_true",
+        help="exit 1 when a branch this machine's baseline saw reached is not",
+    )  # fmt: skip
+    branches.add_argument(
+        "--write-baseline", action="store_true",
+        help="record the reached branches as this machine's baseline",
+    )  # fmt: skip
+    branches.add_argument(
+        "--about",
+        default="make test's campaign: test_fuzz_ci_profile (ci profile, seed 0, "
+        "2 shards, cache size 32 MiB)",
+        help="what the baseline's runs were",
+    )
+    branches.add_argument("--json", type=Path, help="write the table here too")
+
     sample = sub.add_parser("sample", help="print random programs from the strategy")
     sample.add_argument("-n", type=int, default=3)
     sample.add_argument("--seed", type=int, default=0)
@@ -146,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         return _sample(args)
     if args.command == "merge":
         return _merge(args.dirs)
+    if args.command == "branches":
+        return _branches(args)
     from .runner import run_fuzz
 
     shard = _shard(args.shard)
@@ -185,13 +210,35 @@ def _merge(dirs: list[Path]) -> int:
     return 0 if summary.ok and not problems else 1
 
 
+def _branches(args) -> int:
+    import json
+
+    from . import branch_reach
+
+    data = branch_reach.report(args.dirs)
+    print(branch_reach.format_report(data))
+    print(branch_reach.format_reasons(data))
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
+    path = branch_reach.baseline_path()
+    if args.write_baseline:
+        branch_reach.write_baseline(data, path, args.about)
+        print(f"  baseline written: {path}")
+    if args.check:
+        lost = branch_reach.check_baseline(data, path)
+        for key in lost:
+            print(f"  LOST: {key}")
+        return 1 if lost else 0
+    return 0
+
+
 def _sample(args) -> int:
     from .strategy import StrategyParams, sample_cases
 
     params = StrategyParams(max_ops=args.max_ops, focus=args.focus)
     for case in sample_cases(args.n, args.seed, params):
         print(f"# inputs {case.inputs}\n# input seed {case.input_seed}, dynamic "
-              f"{case.dynamic}, config {case.config}")  # fmt: skip
+              f"{case.dynamic}, config {case.config}, flags {case.flags}")  # fmt: skip
         print(case.source)
     return 0
 

@@ -61,7 +61,7 @@ def report(data_dir: Path) -> dict:
     import coverage
 
     data_dir = Path(data_dir)
-    cov = coverage.Coverage(data_file=str(data_dir / ".coverage"))
+    cov = coverage.Coverage(data_file=str(data_dir / ".coverage"), branch=True)
     cov.combine(data_paths=[str(data_dir)])
     cov.save()
     cov.load()

@@ -243,6 +243,7 @@ def run_worker(opts: WorkerOptions) -> None:
 
     from hypothesis import example, given, reject, seed
 
+    from .branch_reach import switch_context
     from .check import check_batch
     from .corpus import corpus_for
     from .repro import known_crashes, signature, write_repro
@@ -285,6 +286,7 @@ def run_worker(opts: WorkerOptions) -> None:
         )
         for case in fresh:
             rec.write("start", case=case_to_json(case))
+        switch_context(fresh)  # under --coverage: branches per program
         for case, result in zip(fresh, check_batch(fresh) if fresh else []):
             sig = signature(result.kind, result.message)
             if result.failed and result.crashed and sig in known:
@@ -404,6 +406,7 @@ class Summary:
     stock: list[dict]
     crashed_workers: list[str]
     coverage: dict | None = None
+    branches: dict | None = None  # branch_reach.report, under --coverage
     shard: str = "1/1"
     indices: list[int] = dataclasses.field(default_factory=list)
     worker_seconds: float = 0.0  # summed over workers (merged shards: all)
@@ -510,7 +513,7 @@ def _worker_command(
     cmd = [sys.executable]
     if coverage_include is not None:
         cmd += [
-            "-m", "coverage", "run", "--parallel-mode",
+            "-m", "coverage", "run", "--parallel-mode", "--branch",
             f"--data-file={opts.out_dir / '.coverage'}",
             f"--include={','.join(coverage_include)}",
         ]  # fmt: skip
@@ -697,7 +700,10 @@ def run_fuzz(
     if coverage:
         from .overlay_coverage import report
 
+        from .branch_reach import report as branch_report
+
         summary.coverage = report(out_dir)
+        summary.branches = branch_report([out_dir])
     (out_dir / "summary.json").write_text(
         json.dumps(
             {
@@ -706,6 +712,7 @@ def run_fuzz(
                 "seconds": summary.seconds, "stats": summary.stats(),
                 "failures": summary.failures, "stock": summary.stock,
                 "crashed_workers": crashed, "coverage": summary.coverage,
+                "branches": summary.branches,
                 "interrupted": interrupted,
             },
             indent=1, default=str,
@@ -785,6 +792,12 @@ def merge_runs(run_dirs: list[Path]) -> tuple[Summary, list[str]]:
         worker_seconds=sum(m["seconds"] * m["workers"] for _, m in metas),
         interrupted=bool(stopped),
     )
+    if all(m.get("branches") for _, m in metas):
+        # every shard ran under --coverage: the campaign's branches, counted
+        # over all its programs
+        from .branch_reach import report as branch_report
+
+        summary.branches = branch_report([run_dir for run_dir, _ in metas])
     return summary, problems
 
 
@@ -948,6 +961,10 @@ def format_summary(summary: Summary) -> str:
         from .overlay_coverage import format_report
 
         lines += ["", format_report(summary.coverage)]
+    if summary.branches:
+        from .branch_reach import format_report as format_branches
+
+        lines += ["", format_branches(summary.branches, limit=20)]
     lines.append(f"  run directory: {_rel(summary.out_dir)}")
     lines.append("  result: " + ("OK" if summary.ok else "FAILURES FOUND"))
     return "\n".join(lines)

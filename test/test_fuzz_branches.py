@@ -1,0 +1,100 @@
+"""The fuzzer's branch reach (tools/fuzz/branch_reach.py): how branches are
+named and counted per program, and the baseline check of `make test`'s
+campaign."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import coverage
+from coverage.python import PythonFileReporter
+
+from tools.fuzz import branch_reach
+from tools.fuzz.check import case_config
+from tools.fuzz.program import FuzzCase
+
+DECISION = textwrap.dedent(
+    """\
+    def decide(x):
+        if x > 0:
+            return "split"
+        return "stock"
+    """
+)
+
+
+class _Program:
+    def __init__(self, digest: str):
+        self._digest = digest
+
+    def digest(self) -> str:
+        return self._digest
+
+
+def _measure(tmp_path: Path, calls) -> tuple[coverage.Coverage, Path]:
+    """Run ``decide`` under coverage, one context per batch of programs."""
+    path = tmp_path / "decision.py"
+    path.write_text(DECISION)
+    namespace: dict = {}
+    cov = coverage.Coverage(
+        data_file=str(tmp_path / ".coverage"), branch=True, include=[str(path)]
+    )
+    cov.start()
+    exec(compile(DECISION, str(path), "exec"), namespace)
+    for digests, x in calls:
+        branch_reach.switch_context([_Program(d) for d in digests])
+        namespace["decide"](x)
+    cov.stop()
+    cov.save()
+    return cov, path
+
+
+def test_branches_are_named_by_function_and_source_not_line(tmp_path):
+    cov, path = _measure(tmp_path, [])
+    keys = [b.key for b in branch_reach.branches_of(path, "decision.py", None, cov)]
+    assert keys == [
+        'decision.py::decide: if x > 0: -> return "split"',
+        'decision.py::decide: if x > 0: -> return "stock"',
+    ]
+    # a line added above moves the branch, not its name
+    path.write_text("# a comment\n" + DECISION)
+    moved = branch_reach.branches_of(path, "decision.py", None, cov)
+    assert [b.key for b in moved] == keys and moved[0].line == 3
+
+
+def test_each_branch_counts_the_programs_that_took_it(tmp_path):
+    # a batch of three programs takes the split, one program the stock path
+    cov, path = _measure(tmp_path, [(["a", "b", "c"], 1), (["d"], -1)])
+    reporter = PythonFileReporter(str(path), coverage=cov)
+    taken = branch_reach.taken_by_programs(cov.get_data(), path, reporter)
+    by_target = {
+        b.target: taken.get((b.line, b.to), 0)
+        for b in branch_reach.branches_of(path, "decision.py", None, cov)
+    }
+    assert by_target == {'return "split"': 3, 'return "stock"': 1}
+
+
+def _data(**programs: int) -> dict:
+    return {
+        "programs": 4,
+        "branches": [{"key": k, "programs": n} for k, n in programs.items()],
+    }
+
+
+def test_the_baseline_check_names_a_branch_no_longer_reached(tmp_path):
+    baseline = tmp_path / "baseline.json"
+    branch_reach.write_baseline(_data(split=3, stock=1, never=0), baseline, "a run")
+    assert json.loads(baseline.read_text())["reached"] == ["split", "stock"]
+    assert branch_reach.check_baseline(_data(split=2, stock=1), baseline) == []
+    assert branch_reach.check_baseline(_data(split=2, stock=0), baseline) == ["stock"]
+    # a machine without a baseline checks nothing
+    missing = tmp_path / "none.json"
+    assert branch_reach.check_baseline(_data(split=0), missing) == []
+
+
+def test_a_case_without_one_flag_compiles_every_other_flag_on():
+    case = FuzzCase(source="", inputs=(), flags="without:outer_block_fusion")
+    assert case_config(case, overlay=True)["cpp.outer_block_fusion"] is False
+    assert "cpp.outer_block_fusion" not in case_config(case, overlay=False)

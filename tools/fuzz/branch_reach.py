@@ -1,0 +1,317 @@
+"""Branch reach of the overlay's decision code, per program (``--coverage``).
+
+Feature reach (``reach.py``) says that a feature changed some program's
+kernels; it cannot say which of the feature's branches ever ran.  A mutant
+planted on a branch no program takes survives any campaign, so the campaign
+measures branches too:
+
+- the branches are those of every overlay module, and those of the lines the
+  series adds to upstream files (``overlay_coverage.added_ranges``), taken
+  from coverage.py's static analysis of the installed files: a line with more
+  than one possible exit is a branch point, and each of its exits a branch;
+- each worker runs under ``coverage run --branch`` and switches coverage's
+  dynamic context to the digests of the programs it compiles next
+  (``switch_context``), so every executed arc is known per program;
+- a branch is named by its file, its function and the source text of both
+  ends (``Branch.key``), never by line numbers alone, so that an edit
+  elsewhere in the file keeps the names, and a baseline stays comparable.
+
+``report`` gives, per feature (the patches that name the module on their
+``Origin:`` line, or "hunks of <file>"), every branch with the number of
+programs that took it.  ``UNREACHED_REASONS`` lists the branches no program
+can reach, with why; ``check_baseline`` fails a campaign in which a branch
+that a committed baseline (``baselines/``) saw reached is no longer reached.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import fnmatch
+import json
+import re
+from pathlib import Path
+
+BASELINE_DIR = Path(__file__).with_name("baselines")
+
+
+@dataclasses.dataclass(frozen=True)
+class Branch:
+    file: str  # torch/... as installed
+    function: str  # enclosing function's qualified name, "<module>" outside one
+    line: int  # where it is now: for reading the report, not part of the name
+    source: str  # the branch point's source line, stripped
+    target: str  # the destination's source line, stripped, or "exit"
+    occurrence: int = 1  # the n-th branch of the same name in the function
+    to: int = 0  # the destination line now (negative: the function's exit)
+
+    @property
+    def key(self) -> str:
+        name = f"{self.file}::{self.function}: {self.source} -> {self.target}"
+        return name if self.occurrence == 1 else f"{name} #{self.occurrence}"
+
+
+def switch_context(cases) -> None:
+    """Count what runs next for these programs (inside a worker under
+    ``coverage run``; elsewhere nothing happens)."""
+    try:
+        import coverage
+    except ImportError:
+        return
+    cov = coverage.Coverage.current()
+    if cov is not None:
+        cov.switch_context(",".join(case.digest() for case in cases))
+
+
+def _functions(reporter) -> list[tuple[str, set[int]]]:
+    regions = [
+        (r.name, set(r.lines)) for r in reporter.code_regions() if r.kind == "function"
+    ]
+    return sorted(regions, key=lambda region: len(region[1]))  # innermost first
+
+
+def _enclosing(functions, line: int) -> str:
+    return next((name for name, lines in functions if line in lines), "<module>")
+
+
+def branches_of(
+    path: Path, rel: str, lines: set[int] | None = None, coverage=None
+) -> list[Branch]:
+    """Every branch of the installed file ``path`` (only those whose branch
+    point is in ``lines``, when given), in line order."""
+    from coverage.python import PythonFileReporter
+
+    reporter = PythonFileReporter(str(path), coverage=coverage)
+    text = path.read_text().splitlines()
+    functions = _functions(reporter)
+    exits = reporter.exit_counts()
+    out: list[Branch] = []
+    seen: collections.Counter[tuple] = collections.Counter()
+    for src, dst in sorted(reporter.arcs()):
+        if src < 0 or exits.get(src, 0) < 2 or (lines is not None and src not in lines):
+            continue
+        function = _enclosing(functions, src)
+        source = text[src - 1].strip()
+        target = text[dst - 1].strip() if dst > 0 else "exit"
+        seen[(function, source, target)] += 1
+        n = seen[(function, source, target)]
+        out.append(Branch(rel, function, src, source, target, n, dst))
+    return out
+
+
+def _programs(context: str) -> int:
+    return len(context.split(",")) if context else 0
+
+
+def taken_by_programs(data, path: Path, reporter) -> dict[tuple[int, int], int]:
+    """(src, dst) -> programs whose compile executed that arc."""
+    counts: collections.Counter[tuple[int, int]] = collections.Counter()
+    for context in data.measured_contexts():
+        if not context:
+            continue  # start-up, before the first program
+        data.set_query_contexts([f"^{re.escape(context)}$"])
+        arcs = data.arcs(str(path.resolve())) or []  # stored resolved
+        for arc in reporter.translate_arcs(arcs):
+            counts[arc] += _programs(context)
+    data.set_query_contexts(None)
+    return counts
+
+
+def _features(state: dict) -> dict[str, str]:
+    """torch/... module -> the installed patches whose Origin: line names it."""
+    from fusion_overlay.patchset import patches_dir_for, release_of
+
+    patches = patches_dir_for(release_of(state["torch_version"]))
+    names: dict[str, list[str]] = collections.defaultdict(list)
+    for entry in state["patches"]:
+        for line in (patches / entry["name"]).read_text().splitlines():
+            if line == "---":
+                break
+            if line.startswith("Origin:"):
+                for part in line.split(",")[1:]:
+                    names[part.strip().removeprefix("overlay/")].append(
+                        entry["name"][:4]
+                    )
+    return {rel: " ".join(numbers) for rel, numbers in names.items()}
+
+
+def _load(data_dir: Path):
+    import coverage
+
+    cov = coverage.Coverage(data_file=str(Path(data_dir) / ".coverage"), branch=True)
+    cov.load()
+    return cov
+
+
+def report(data_dirs: list[Path]) -> dict:
+    """Branches and the programs that took each, over the run directories
+    (a campaign's shards) whose coverage data ``overlay_coverage.report``
+    has combined."""
+    from coverage.python import PythonFileReporter
+
+    from .overlay_coverage import _state, added_ranges, site_root
+
+    covs = [_load(d) for d in data_dirs]
+    root = site_root()
+    state = _state(root)
+    features = _features(state)
+    programs = sum(
+        _programs(c) for cov in covs for c in cov.get_data().measured_contexts() if c
+    )
+    rows = []
+    for rel, info in sorted(state["files"].items()):
+        path = root / rel
+        if info["source"] == "overlay":
+            lines, feature = None, features.get(rel, "shared")
+        else:
+            ranges = added_ranges(root, state, rel)
+            lines = {n for a, b in ranges for n in range(a, b + 1)}
+            feature = f"hunks of {Path(rel).name}"
+        taken: collections.Counter[tuple[int, int]] = collections.Counter()
+        for cov in covs:
+            reporter = PythonFileReporter(str(path), coverage=cov)
+            taken.update(taken_by_programs(cov.get_data(), path, reporter))
+        for branch in branches_of(path, rel, lines, covs[0]):
+            rows.append(
+                {
+                    **dataclasses.asdict(branch),
+                    "key": branch.key,
+                    "feature": feature,
+                    "programs": taken.get((branch.line, branch.to), 0),
+                }
+            )
+    return {"programs": programs, "branches": rows}
+
+
+# --- unreached branches and the baseline ---------------------------------------
+
+# Branches no fuzzed program can take, by key pattern (fnmatch), with why.
+# A pattern that matches no unreached branch is reported as stale.  What a
+# program could reach but none does yet has no entry: it stays listed as
+# "no reason" until the generator draws it.
+_CODEGEN = "torch/_inductor/codegen/cpp_fusion"
+_OTHER_DEVICE = (
+    "a node on another device: the fuzzer compiles CPU graphs only "
+    "(upstream's GPU tests of test_loop_ordering.py take it)"
+)
+_INVARIANT = "an invariant check: raises only on a bug in the overlay"
+UNREACHED_REASONS: dict[str, str] = {
+    f"{_CODEGEN}/costs.py::last_level_cache_bytes: *": (
+        "the machine's sysfs cache sizes, not a program: sizes written "
+        "without a K/M/G unit, or not a number"
+    ),
+    f"{_CODEGEN}/emitters/accumulators.py::_unroll_pragma: *": (
+        "the C++ compiler Inductor builds with, not a program: clang and "
+        "other compilers take these"
+    ),
+    "*: if candidate.load not in line: -> raise AssertionError*": _INVARIANT,
+    "*: if store.store not in line: -> raise AssertionError*": _INVARIANT,
+    "*: if used.get(helper.name, helper) != helper: -> raise ValueError*": _INVARIANT,
+    '*: if device is None or device.type != "cpu" or node2.get_device() != '
+    "device: -> return *": _OTHER_DEVICE,
+    "*::refresh_group_after_reorder: if not node.is_cpu(): -> return": _OTHER_DEVICE,
+    "*::_outer_depth: if not hasattr(backend, *": (
+        "a backend without outer-loop fusion: CPU graphs always get "
+        "CppScheduling (an inductor backend registered for CPU would)"
+    ),
+}
+
+
+def reason_for(key: str) -> str | None:
+    return next(
+        (
+            why
+            for pattern, why in UNREACHED_REASONS.items()
+            if fnmatch.fnmatch(key, pattern)
+        ),
+        None,
+    )
+
+
+def baseline_path() -> Path:
+    """This machine's baseline: the make-test campaign reaches branches by
+    the torch release, the architecture and vector width it compiles for,
+    and the thread count."""
+    import platform
+
+    import torch
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    from fusion_overlay.patchset import release_of
+
+    isa = pick_vec_isa()
+    bits = isa.bit_width() if isa else 0
+    name = f"{release_of(torch.__version__)}-{platform.machine()}-{bits}bit"
+    return BASELINE_DIR / f"{name}-{torch.get_num_threads()}t.json"
+
+
+def check_baseline(data: dict, path: Path) -> list[str]:
+    """The branches the baseline saw reached that this run did not reach
+    (none when there is no baseline for this machine)."""
+    if not path.is_file():
+        return []
+    reached = {row["key"] for row in data["branches"] if row["programs"]}
+    return sorted(set(json.loads(path.read_text())["reached"]) - reached)
+
+
+def write_baseline(data: dict, path: Path, about: str) -> None:
+    reached = sorted(row["key"] for row in data["branches"] if row["programs"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"about": about, "reached": reached}, indent=1) + "\n")
+
+
+def format_reasons(data: dict) -> str:
+    """The unreached branches that have a reason, by reason; the reasons
+    that match no unreached branch (stale)."""
+    by_reason: dict[str, list[dict]] = collections.defaultdict(list)
+    used = set()
+    for row in data["branches"]:
+        if row["programs"]:
+            continue
+        for pattern, why in UNREACHED_REASONS.items():
+            if fnmatch.fnmatch(row["key"], pattern):
+                by_reason[why].append(row)
+                used.add(pattern)
+                break
+    lines = ["  unreached, with the reason no program reaches them:"]
+    for why, rows in by_reason.items():
+        lines.append(f"    {why}")
+        lines += [
+            f"      {r['file']}:{r['line']} {r['key'].split('::', 1)[1]}" for r in rows
+        ]
+    stale = [p for p in UNREACHED_REASONS if p not in used]
+    lines += [f"  stale reason (no unreached branch matches): {p}" for p in stale]
+    return "\n".join(lines)
+
+
+def format_report(data: dict, limit: int | None = None) -> str:
+    by_feature: dict[str, list[dict]] = collections.defaultdict(list)
+    for row in data["branches"]:
+        by_feature[row["feature"]].append(row)
+    lines = [
+        f"  branch reach of the overlay's decision code ({data['programs']} programs)",
+        "    feature                      branches  reached  unreached (no reason)",
+    ]
+    total = reached = bare_all = 0
+    for feature, rows in sorted(by_feature.items()):
+        hit = sum(1 for r in rows if r["programs"])
+        bare = sum(1 for r in rows if not r["programs"] and not reason_for(r["key"]))
+        total, reached, bare_all = total + len(rows), reached + hit, bare_all + bare
+        lines.append(
+            f"    {feature:<28s} {len(rows):8d} {hit:8d}  {len(rows) - hit:6d} ({bare})"
+        )
+    lines.append(
+        f"    {'all':<28s} {total:8d} {reached:8d}  {total - reached:6d} ({bare_all})"
+    )
+    missing = [
+        r for r in data["branches"] if not r["programs"] and not reason_for(r["key"])
+    ]
+    if missing:
+        lines.append("  unreached, no reason listed:")
+        for row in missing[:limit]:
+            lines.append(
+                f"    {row['file']}:{row['line']} {row['key'].split('::', 1)[1]}"
+            )
+        if limit is not None and len(missing) > limit:
+            lines.append(f"    ... and {len(missing) - limit} more")
+    return "\n".join(lines)
