@@ -61,7 +61,8 @@ help:
 	@echo "                 (TORCHBENCH_SRC=checkout: TorchBench's pyhpc models too)"
 	@echo "make bench-pyhpc TORCHBENCH_SRC=checkout  TorchBench's pyhpc models alone"
 	@echo "make bench-compile-time  CPU seconds of compiling: stock, loop ordering off, shipped"
-	@echo "                 (COMPILE_TIME_ARGS=\"--suite mismatch|models|fuzz|all\")"
+	@echo "                 (COMPILE_TIME_ARGS=\"--suite mismatch|models|fuzz|all\"; PR_TIME_SRC=dir"
+	@echo "                 adds upstream's PR-time CPU benchmarks, valgrind instructions)"
 	@echo "                 (COMPILE_TIME_ARGS=\"--without FLAG,...\": what each feature costs)"
 	@echo "make bench-counts  instructions and cache misses where patched code differs from stock"
 	@echo "make codegen-digest [DIGEST_AGAINST=digests.json]  generated C++ per ISA, byte-identical check"
@@ -210,9 +211,19 @@ bench-shapes: install
 # make bench-compile-time: tools/compile_time.py (CPU seconds of compiling,
 # one process per variant and round).  COMPILE_TIME_ARGS e.g. --suite all --rounds 5,
 # or --count-calls (Python calls under cProfile: load-independent, one round)
+# PR_TIME_SRC=<pytorch>/benchmarks/dynamo/pr_time_benchmarks adds upstream's
+# PR-time CPU benchmarks (tools/pr_time.py: instructions under valgrind,
+# pristine .venv-stock against .venv; exits 1 outside upstream's margins).
 COMPILE_TIME_ARGS ?=
+PR_TIME_SRC ?=
+PR_TIME_ARGS ?=
 bench-compile-time: install model-deps
 	$(VENV_PY) -m tools.compile_time $(COMPILE_TIME_ARGS)
+	@if [ -n "$(PR_TIME_SRC)" ]; then \
+	  $(MAKE) --no-print-directory stock-venv && \
+	  $(VENV_PY) -m tools.pr_time --src "$(PR_TIME_SRC)" \
+	    --markdown bench/results/pr-time-$(TORCH).md $(PR_TIME_ARGS); \
+	fi
 
 # make bench-counts: tools/bench_counts.py (valgrind; deterministic counts
 # where the generated C++ differs from stock).  BENCH_COUNTS_ARGS e.g.

@@ -100,6 +100,8 @@ def branches_of(
 
 
 def _programs(context: str) -> int:
+    # a context is a batch: its programs compile as one graph, so an arc
+    # its compile executed counts for each of them
     return len(context.split(",")) if context else 0
 
 
