@@ -98,3 +98,21 @@ def test_a_case_without_one_flag_compiles_every_other_flag_on():
     case = FuzzCase(source="", inputs=(), flags="without:outer_block_fusion")
     assert case_config(case, overlay=True)["cpp.outer_block_fusion"] is False
     assert "cpp.outer_block_fusion" not in case_config(case, overlay=False)
+
+
+def test_the_flag_sets_leave_out_every_flag_of_the_release():
+    from fusion_overlay.flags import NAMES
+    from hypothesis import HealthCheck, given, settings
+
+    from tools.fuzz.strategy import flag_sets
+
+    drawn: set[str] = set()
+
+    @settings(max_examples=600, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(flag_sets())
+    def collect(flags):
+        drawn.add(flags)
+
+    collect()
+    assert drawn == {"all", "shipped", *(f"without:{name}" for name in NAMES)}
