@@ -265,6 +265,23 @@ CORPUS = (
         ["reduce", "unary", "binary"],
         cache_bytes=262144,
     ),
+    # ... with a partner flag off: without 0019's tiles the block checks
+    # are 0009's alone; without 0012's regroup a pair whose merge might
+    # fail is not extended over tiles
+    _case(
+        "    v1 = torch.log_softmax(x0, dim=1)\n    return (v1,)\n",
+        [(2, 48, 32, 32)],
+        ["softmax"],
+        cache_bytes=262144,
+        flags="without:outer_block_tiles",
+    ),
+    _case(
+        "    v1 = torch.log_softmax(x0, dim=1)\n    return (v1,)\n",
+        [(2, 48, 32, 32)],
+        ["softmax"],
+        cache_bytes=262144,
+        flags="without:outer_loop_regroup",
+    ),
     # ... over 150 channels: no tile's block fits in L1, the smallest in L2
     _case(
         "    v1 = torch.log_softmax(x0, dim=1)\n    return (v1,)\n",
@@ -280,6 +297,14 @@ CORPUS = (
         [(1, 8, 2)],
         ["unary", "norm"],
         weights=[(8,), (8,)],
+    ),
+    # ... and without 0009's block fusion, which 0020 extends: no join
+    _case(
+        "    v1 = F.group_norm(torch.erf(x0), 4, w1, w2, eps=1e-5)\n    return (v1,)\n",
+        [(1, 8, 2)],
+        ["unary", "norm"],
+        weights=[(8,), (8,)],
+        flags="without:outer_block_fusion",
     ),
     # 0020 on a UNet block (channels-last maps): the residual sum's store and
     # its store into the skip concat (a slice of 64 of 128 channels) fuse,
