@@ -58,11 +58,13 @@ CPU_BENCHMARKS = {
 
 SIDES = {"stock": ".venv-stock", "patched": ".venv"}
 
-# Valgrind does not decode AVX-512, and Inductor picks its vector ISA from
-# the CPU's flags, not from what valgrind emulates: the kernels a benchmark
-# runs are compiled for AVX2 on x86 (both sides alike).
+# Valgrind does not decode AVX-512, and Inductor picks its vector ISA and
+# -march=native from the CPU, not from what valgrind emulates: on x86 the
+# kernels a benchmark runs are compiled for AVX2 (both sides alike).
 VALGRIND_ISA = (
-    {"ATEN_CPU_CAPABILITY": "avx2"} if platform.machine() in ("x86_64", "AMD64") else {}
+    {"ATEN_CPU_CAPABILITY": "avx2", "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3"}
+    if platform.machine() in ("x86_64", "AMD64")
+    else {}
 )
 
 
