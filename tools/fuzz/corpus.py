@@ -268,19 +268,15 @@ CORPUS = (
     # ... with a partner flag off: without 0019's tiles the block checks
     # are 0009's alone; without 0012's regroup a pair whose merge might
     # fail is not extended over tiles
-    _case(
-        "    v1 = torch.log_softmax(x0, dim=1)\n    return (v1,)\n",
-        [(2, 48, 32, 32)],
-        ["softmax"],
-        cache_bytes=262144,
-        flags="without:outer_block_tiles",
-    ),
-    _case(
-        "    v1 = torch.log_softmax(x0, dim=1)\n    return (v1,)\n",
-        [(2, 48, 32, 32)],
-        ["softmax"],
-        cache_bytes=262144,
-        flags="without:outer_loop_regroup",
+    *(
+        _case(
+            "    v1 = torch.log_softmax(x0, dim=1)\n    return (v1,)\n",
+            [(2, 48, 32, 32)],
+            ["softmax"],
+            cache_bytes=262144,
+            flags=f"without:{flag}",
+        )
+        for flag in ("outer_block_tiles", "outer_loop_regroup")
     ),
     # ... over 150 channels: no tile's block fits in L1, the smallest in L2
     _case(
