@@ -817,6 +817,20 @@ ALL_MUTANTS = (
         # which the overlap check alone refuses
         also=(("        if stride < reach:\n            return False\n", ""),),
     ),
+    # the statistics join wants 0012's regroup when its merge fails; the
+    # seed program without outer_loop_regroup takes this guard
+    Mutant(
+        "0019",
+        "join-without-regroup",
+        TILES,
+        "    if not (config.cpp.outer_block_fusion and "
+        "config.cpp.outer_loop_regroup):\n",
+        "    if not config.cpp.outer_block_fusion:\n",
+        "check",
+        cost_only="a join whose merge fails without the regroup falls back to "
+        "stock's kernels, one per member: the values stay right (the seed "
+        "program without outer_loop_regroup agrees with the mutant)",
+    ),
     Mutant(
         "0019",
         "refused-tiling-kept",
