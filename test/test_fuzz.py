@@ -744,6 +744,8 @@ FEATURE_SEEDS = [
     ("0021-max-not-subtracted", "torch.softmax(x0 * 48.0, dim=1)"),
     # and 0022's seed its other two
     ("0022-spread-of-channel-means-dropped", "x0 + w1 * 4.0"),
+    # 16 pixels: one block holds them all
+    ("0022-few-pixels-one-short", "F.group_norm(x0, 32, eps=1e-5)"),
     # one seed for 0023's list: argmax and argmin over rows of 256 KiB
     # (make fuzz-mutants runs the argmin mutant on it too)
     ("0023-argmax-splits", "torch.argmax(x0, dim=1"),

@@ -77,6 +77,21 @@ CORPUS = (
         ),
         kinds=("binary", "norm"),
     ),
+    # 0022 without affine parameters, over 16 pixels (one block holds them
+    # all) of 3072 channels: 192 KiB, the smallest size it takes
+    FuzzCase(
+        f"{SOURCE_HEADER}\n\ndef program(x0):\n"
+        "    v1 = F.group_norm(x0, 32, eps=1e-5)\n"
+        "    return (v1,)\n",
+        (InputSpec((1, 3072, 4, 4), layout="channels_last"),),
+        kinds=("norm",),
+    ),
+    # 0021 over a 0-d tensor (its one row is the whole tensor)
+    _case(
+        "    v1 = torch.softmax(x0.sum(), dim=0)\n    return (v1,)\n",
+        [(4, 40)],
+        ["reduce", "softmax"],
+    ),
     # 0023: maxima over 197 rows (blocks of 16, a masked last block, which
     # must pad with -inf) of negative values, and a mean over the same rows
     # broadcast back over them (a chain: rows 2 KiB apart, so it splits)

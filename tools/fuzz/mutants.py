@@ -942,6 +942,16 @@ ALL_MUTANTS = (
     # 0022 group norm by channel sums: the group's variance must add the
     # spread of its channels' means, the squared deviations must be from each
     # channel's mean, and the result must keep the input's dtype
+    # a GroupNorm of 16 pixels or fewer takes them all as one block (the
+    # seed program without affine parameters)
+    Mutant(
+        "0022",
+        "few-pixels-one-short",
+        GROUP_NORM,
+        "    if pixels <= GROUP_NORM_PIXEL_BLOCK:\n        return pixels\n",
+        "    if pixels <= GROUP_NORM_PIXEL_BLOCK:\n        return pixels - 1\n",
+        "bound",
+    ),
     Mutant(
         "0022",
         "spread-of-channel-means-dropped",
