@@ -98,6 +98,8 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
         return 0
     if extends_outer_fusion and _pair_stays_cached(node1, node2):
         return 0
+    if not _tile_possible(node1, node2, depth):
+        return 0  # known before the merge, which rebuilds both loop bodies
     leaves1, leaves2 = leaves_of_one_space(node1), leaves_of_one_space(node2)
     if leaves1 is None or leaves2 is None:
         return 0
@@ -128,6 +130,23 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
         return score
     saved.restore()
     return 0
+
+
+def _tile_possible(node1, node2, depth: int) -> bool:
+    """Whether merging each node's loops below ``depth`` could leave an
+    innermost extent that ``_tile_size`` tiles: two tiles of at least
+    ``min_tile`` elements.  Merging multiplies loops together, so the product
+    of the loops below ``depth`` bounds that extent; a pair of small or
+    symbolic loops (a model's ten-element vectors) is refused without the
+    merge, as ``_tile_size`` would refuse it after."""
+    fewest = min_tile(_narrowest_itemsize(node1, node2))
+    for node in (node1, node2):
+        sizes = static_iter_sizes(node)
+        if not sizes or len(sizes) <= depth:
+            return False
+        if math.prod(sizes[depth:]) < 2 * fewest:
+            return False
+    return True
 
 
 def _pointwise_pair_stays_cached(node1, node2) -> bool:
