@@ -123,7 +123,10 @@ def _features(state: dict) -> dict[str, str]:
     """torch/... module -> the installed patches whose Origin: line names it."""
     from fusion_overlay.patchset import patches_dir_for, release_of
 
-    patches = patches_dir_for(release_of(state["torch_version"]))
+    release = release_of(state["torch_version"])
+    if release is None:
+        raise RuntimeError(f"no release in the overlay state: {state['torch_version']}")
+    patches = patches_dir_for(release)
     names: dict[str, list[str]] = collections.defaultdict(list)
     for entry in state["patches"]:
         for line in (patches / entry["name"]).read_text().splitlines():
