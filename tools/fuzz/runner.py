@@ -532,6 +532,9 @@ def _worker_command(
     return cmd
 
 
+_COVERAGE_REPORTS = threading.Lock()
+
+
 def run_fuzz(
     profile: str = "dev",
     *,
@@ -702,8 +705,13 @@ def run_fuzz(
 
         from .branch_reach import report as branch_report
 
-        summary.coverage = report(out_dir)
-        summary.branches = branch_report([out_dir])
+        # coverage.py parses sources with ast.parse, which CPython 3.11
+        # before 3.11.8 cannot run in two threads at once ("AST constructor
+        # recursion depth mismatch"): shards run side by side in one process
+        # report one at a time
+        with _COVERAGE_REPORTS:
+            summary.coverage = report(out_dir)
+            summary.branches = branch_report([out_dir])
     (out_dir / "summary.json").write_text(
         json.dumps(
             {
