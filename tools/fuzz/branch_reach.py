@@ -154,11 +154,11 @@ def report(data_dirs: list[Path]) -> dict:
     has combined."""
     from coverage.python import PythonFileReporter
 
-    from .overlay_coverage import _state, added_ranges, site_root
+    from .overlay_coverage import added_ranges, installed_state, site_root
 
     covs = [_load(d) for d in data_dirs]
     root = site_root()
-    state = _state(root)
+    state = installed_state(root)
     features = _features(state)
     programs = sum(
         _programs(c) for cov in covs for c in cov.get_data().measured_contexts() if c
@@ -222,15 +222,14 @@ UNREACHED_REASONS: dict[str, str] = {
 }
 
 
+def _reason_pattern(key: str) -> str | None:
+    """The first pattern of UNREACHED_REASONS that names this branch."""
+    return next((p for p in UNREACHED_REASONS if fnmatch.fnmatch(key, p)), None)
+
+
 def reason_for(key: str) -> str | None:
-    return next(
-        (
-            why
-            for pattern, why in UNREACHED_REASONS.items()
-            if fnmatch.fnmatch(key, pattern)
-        ),
-        None,
-    )
+    pattern = _reason_pattern(key)
+    return UNREACHED_REASONS[pattern] if pattern else None
 
 
 def baseline_path() -> Path:
@@ -271,13 +270,10 @@ def format_reasons(data: dict) -> str:
     by_reason: dict[str, list[dict]] = collections.defaultdict(list)
     used = set()
     for row in data["branches"]:
-        if row["programs"]:
-            continue
-        for pattern, why in UNREACHED_REASONS.items():
-            if fnmatch.fnmatch(row["key"], pattern):
-                by_reason[why].append(row)
-                used.add(pattern)
-                break
+        pattern = None if row["programs"] else _reason_pattern(row["key"])
+        if pattern:
+            by_reason[UNREACHED_REASONS[pattern]].append(row)
+            used.add(pattern)
     lines = ["  unreached, with the reason no program reaches them:"]
     for why, rows in by_reason.items():
         lines.append(f"    {why}")

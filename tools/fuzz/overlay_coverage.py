@@ -28,7 +28,8 @@ def site_root() -> Path:
     return Path(next(iter(spec.submodule_search_locations))).parent
 
 
-def _state(root: Path) -> dict:
+def installed_state(root: Path) -> dict:
+    """The overlay state of the torch under ``root`` (refused if none)."""
     from fusion_overlay.overlay import read_state
 
     state = read_state(root)
@@ -40,7 +41,7 @@ def _state(root: Path) -> dict:
 def measured_files() -> dict[str, Path]:
     """Installed path of every file the overlay owns, by its torch/... name."""
     root = site_root()
-    return {rel: root / rel for rel in _state(root)["files"]}
+    return {rel: root / rel for rel in installed_state(root)["files"]}
 
 
 def added_ranges(root: Path, state: dict, rel: str) -> list[tuple[int, int]]:
@@ -66,7 +67,7 @@ def report(data_dir: Path) -> dict:
     cov.save()
     cov.load()
     root = site_root()
-    state = _state(root)
+    state = installed_state(root)
     modules, hunks = {}, {}
     for rel, info in state["files"].items():
         path = root / rel
