@@ -93,13 +93,28 @@ help:
 # `make install`, which is a no-op when the series did not change.
 $(VENV_DIR)/.deps-installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV_DIR)
-	$(PIP_TORCH) $(VENV_DIR)/bin/python -m pip install --quiet torch==$(TORCH) $(TEST_DEPS)
+	$(PIP_TORCH) $(VENV_DIR)/bin/python -m pip install --quiet --no-cache-dir torch==$(TORCH) $(TEST_DEPS)
 	$(VENV_DIR)/bin/python -m pip install --quiet --no-build-isolation -e .
 	touch $@
 
-$(STOCK_VENV_DIR)/.deps-installed:
-	$(PYTHON) -m venv $(STOCK_VENV_DIR)
-	$(PIP_TORCH) $(STOCK_VENV_DIR)/bin/python -m pip install --quiet torch==$(TORCH) $(TEST_DEPS)
+# The stock venv holds the patched venv's wheels, without the project and
+# without the overlay: its site-packages are hard links to .venv-R's (torch's
+# CUDA build is 5.5 GB, and a CI disk does not always hold two), and where
+# .venv-R already has the overlay, it is reverted in the copy.  Hard links are
+# safe: the overlay tool and Python's bytecode writer replace files
+# (os.replace), never write one in place, so a file changed in one venv gets a
+# new inode there and the other keeps the pristine one (`stock-venv` verifies
+# its sha256 pins every time).
+SITE_PACKAGES = $$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+$(STOCK_VENV_DIR)/.deps-installed: $(VENV_DIR)/.deps-installed
+	rm -rf $(STOCK_VENV_DIR)
+	$(PYTHON) -m venv --without-pip $(STOCK_VENV_DIR)
+	@set -e; src=$(call SITE_PACKAGES,$(VENV_DIR)); dst=$(call SITE_PACKAGES,$(STOCK_VENV_DIR)); \
+	for entry in "$$src"/*; do \
+	  case "$${entry##*/}" in __editable__*|inductor_fusion_overlay-*) continue;; esac; \
+	  cp -al "$$entry" "$$dst"/; \
+	done; \
+	$(STOCK_VENV_DIR)/bin/python -m fusion_overlay.overlay revert --target "$$dst"
 	touch $@
 
 # .venv and .venv-stock become links to TORCH's venvs; a real directory
@@ -110,7 +125,9 @@ define link_venv
 	@ln -sfn $(1) $(2)
 endef
 
-install: $(VENV_DIR)/.deps-installed
+# The stock venv's copy is made before the overlay is applied here (| ...):
+# with -j2, the copy would otherwise race the apply.
+install: $(VENV_DIR)/.deps-installed | $(STOCK_VENV_DIR)/.deps-installed
 	$(call link_venv,$(VENV_DIR),$(VENV))
 	$(VENV_PY) -m fusion_overlay.overlay apply
 
