@@ -526,3 +526,68 @@ def test_a_regrouped_head_with_a_local_buffer_passes_no_removed_buffer():
     )
     assert patched.outer_fused == 1
     FileCheck().check("local_buffer_data_0").run(patched.code)
+
+
+# --- attempts the cost guard refuses before their kernels are generated -----
+
+
+def _two_small_linears():
+    # Upstream's PR-time ListOfLinears, one step: each Linear(10, 10) on a
+    # vector is a reduction over 10 per output, the sum a vectorized epilogue
+    # over the outer loop alone, which the re-tile would leave scalar.
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(10, 10), torch.nn.Linear(10, 10)
+    return lambda x: first(x) + second(x), (torch.randn(10),)
+
+
+@pytest.fixture
+def retile_attempts(monkeypatch):
+    """How many re-tiling attempts generated their kernels."""
+    from torch._inductor.codegen.cpp_fusion.outer_loop.retile import OuterLoopRetile
+
+    prepared: list = []
+    real = OuterLoopRetile.prepare
+    monkeypatch.setattr(
+        OuterLoopRetile,
+        "prepare",
+        lambda self, proxy: prepared.append(proxy) or real(self, proxy),
+    )
+    return prepared
+
+
+@requires_vectors  # stock's attempt fails on the epilogue's vector tiling
+def test_a_refused_retile_generates_no_kernels(retile_attempts):
+    fn, args = _two_small_linears()
+    stock = compile_and_inspect(fn, args, overlay=False)
+    patched = compile_and_inspect(fn, args)
+    assert patched.retiled == 0
+    assert patched.nests == stock.nests
+    assert retile_attempts == []
+
+
+@requires_vectors
+def test_without_the_early_refusal_the_attempt_is_generated_and_refused(
+    retile_attempts, monkeypatch
+):
+    # The same program, the early refusal off: the attempt's kernels are
+    # generated, the guard refuses them, and the code is the same.
+    from torch._inductor.codegen.cpp_fusion.outer_loop.retile import OuterLoopRetile
+
+    fn, args = _two_small_linears()
+    early = compile_and_inspect(fn, args)
+    monkeypatch.setattr(
+        OuterLoopRetile, "refused_before_codegen", lambda self, proxies: False
+    )
+    late = compile_and_inspect(fn, args)
+    assert late.retiled == 0
+    assert len(retile_attempts) > 0
+    assert _run_independent(late.code) == _run_independent(early.code)
+
+
+def _run_independent(code: str) -> list[str]:
+    # the graph's id and the path of the written module vary between compiles
+    return [
+        line
+        for line in code.splitlines()
+        if not line.startswith(("# AOT ID", "Output code written to"))
+    ]

@@ -171,7 +171,35 @@ class OuterLoopRetile:
         if not _same_outer_loops(proxies, depth, ("var", "size", "offset")):
             log_retile(node, "not attempted: outer loop ranges differ")
             return None
-        return cls(node, [is_vectorized(p) for p in proxies])
+        retile = cls(node, [is_vectorized(p) for p in proxies])
+        return None if retile.refused_before_codegen(proxies) else retile
+
+    def refused_before_codegen(self, stock_proxies: Sequence[CppKernelProxy]) -> bool:
+        """Whether the vector-work guard refuses the attempt whatever its kernels.
+
+        A kernel that stock vectorized and that has no loop level below the
+        fusion depth is scalar in the attempt, whatever ``select_tiling``
+        decides (``InnerLevelTilingSelect`` offers it no level).  That lower
+        bound of the lost work decides the guard whenever it already refuses,
+        and then generating the attempt's kernels only to drop them is
+        skipped: a per-element epilogue fused to short row reductions, as a
+        small ``Linear``'s bias add, is refused this way.
+        """
+        work = [_iterations(p) for p in stock_proxies]
+        lost = sum(
+            w
+            for w, before, proxy in zip(work, self.vectorized_before, stock_proxies)
+            if before and len(proxy.call_ranges or ()) <= self.depth
+        )
+        if self._loses_vector_work(lost, sum(work)):
+            log_retile(
+                self.node,
+                "not attempted: cost guard: at least %d of %d iterations would turn scalar",
+                lost,
+                sum(work),
+            )
+            return True
+        return False
 
     def prepare(self, proxy: CppKernelProxy) -> None:
         """Restrict the proxy's vector tiling to the levels below the fusion depth."""
@@ -241,7 +269,7 @@ class OuterLoopRetile:
             for w, before, proxy in zip(work, self.vectorized_before, proxies)
             if before and not is_vectorized(proxy)
         )
-        if lost * VECTOR_LANES > sum(work):
+        if self._loses_vector_work(lost, sum(work)):
             log_retile(
                 self.node,
                 "rejected by cost guard: %d of %d iterations would turn scalar",
@@ -250,6 +278,11 @@ class OuterLoopRetile:
             )
             return False
         return True
+
+
+    @staticmethod
+    def _loses_vector_work(lost: int, work: int) -> bool:
+        return lost * VECTOR_LANES > work
 
 
 def log_retile(node: OuterLoopFusedSchedulerNode, msg: str, *args) -> None:

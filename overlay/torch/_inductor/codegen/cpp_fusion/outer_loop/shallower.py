@@ -78,7 +78,9 @@ def shallower_attempts(
             break
         shallow = OuterLoopFusedSchedulerNode(node.scheduler, members, depth)
         log_retile(node, "retrying at depth %d (%d outer iterations)", depth, outer)
-        yield shallow, ShallowerFusion(shallow, vectorized)
+        attempt = ShallowerFusion(shallow, vectorized)
+        if not attempt.refused_before_codegen(stock_proxies):
+            yield shallow, attempt
 
 
 def _outer_iterations(node: OuterLoopFusedSchedulerNode, depth: int) -> int:

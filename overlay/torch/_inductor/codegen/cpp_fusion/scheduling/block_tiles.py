@@ -88,6 +88,8 @@ def tiled_block_fusion_score(scheduler, node1, node2) -> int:
     score = _tiled_statistics_score(scheduler, node1, node2)
     if score:
         return score
+    if not _tile_possible_at_some_depth(node1, node2):
+        return 0  # before the depth's analysis, which reads every access
     depth = _fused_statistics_depth(scheduler, node1, node2)
     extends_outer_fusion = depth is not None
     if depth is None:
@@ -145,6 +147,21 @@ def _tile_possible(node1, node2, depth: int) -> bool:
         if not sizes or len(sizes) <= depth:
             return False
         if math.prod(sizes[depth:]) < 2 * fewest:
+            return False
+    return True
+
+
+def _tile_possible_at_some_depth(node1, node2) -> bool:
+    """Whether ``_tile_possible`` could hold at any depth: the loops below
+    a depth multiply to at most the largest product of a node's last loops,
+    and no dtype is wider than complex128's 16 bytes (so no dtype is read,
+    for a pair that may read buffers no dtype is registered for)."""
+    fewest = min_tile(16)
+    for node in (node1, node2):
+        sizes = static_iter_sizes(node)
+        if not sizes:
+            return False
+        if max(math.prod(sizes[d:]) for d in range(len(sizes))) < 2 * fewest:
             return False
     return True
 
