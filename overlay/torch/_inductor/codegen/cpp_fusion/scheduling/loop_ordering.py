@@ -21,6 +21,7 @@ from torch.utils._ordered_set import OrderedSet
 
 from ..costs import strided_inner_bytes, strided_inner_deps
 from ..nodes import under_rollback_scope
+from . import reindexed_affine
 
 loop_ordering_log = torch._logging.getArtifactLogger(__name__, "loop_ordering")
 
@@ -374,6 +375,8 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
         return False
     if all(tuple(sn.get_ranges()[0]) == tuple(target) for sn in snodes):
         return False
+    if reindexed_affine.cannot_share(pointwise.read_writes, reduction.read_writes, target):
+        return False  # known from the deps, before any loop body is rebuilt
     reindexed = _reindexed_deps(scheduler, pointwise, target)
     if not _share_a_dependency(scheduler, reindexed, reduction.read_writes):
         return False
