@@ -94,6 +94,27 @@ def test_the_baseline_check_names_a_branch_no_longer_reached(tmp_path):
     assert branch_reach.check_baseline(_data(split=0), missing) == []
 
 
+def test_no_baseline_from_a_run_of_no_program(tmp_path):
+    baseline = tmp_path / "baseline.json"
+    branch_reach.write_baseline(_data(split=3), baseline, "a run")
+    before = baseline.read_text()
+    empty = {"programs": 0, "branches": [{"key": "split", "programs": 0}]}
+    try:
+        branch_reach.write_baseline(empty, baseline, "nothing ran")
+    except ValueError as error:
+        assert "no program" in str(error)
+    else:
+        raise AssertionError("an empty baseline was written")
+    assert baseline.read_text() == before
+
+
+def test_the_branches_command_refuses_a_directory_without_coverage(tmp_path, capsys):
+    from tools.fuzz.__main__ import main
+
+    assert main(["branches", str(tmp_path / "missing")]) == 2
+    assert "no coverage data" in capsys.readouterr().err
+
+
 def test_a_case_without_one_flag_compiles_every_other_flag_on():
     case = FuzzCase(source="", inputs=(), flags="without:outer_block_fusion")
     assert case_config(case, overlay=True)["cpp.outer_block_fusion"] is False

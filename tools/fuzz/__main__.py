@@ -215,14 +215,22 @@ def _branches(args) -> int:
 
     from . import branch_reach
 
-    data = branch_reach.report(args.dirs)
+    try:
+        data = branch_reach.report(args.dirs)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(branch_reach.format_report(data))
     print(branch_reach.format_reasons(data))
     if args.json:
         args.json.write_text(json.dumps(data, indent=1) + "\n")
     path = branch_reach.baseline_path()
     if args.write_baseline:
-        branch_reach.write_baseline(data, path, args.about)
+        try:
+            branch_reach.write_baseline(data, path, args.about)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         print(f"  baseline written: {path}")
     if args.check:
         lost = branch_reach.check_baseline(data, path)

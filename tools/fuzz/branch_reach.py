@@ -143,7 +143,13 @@ def _features(state: dict) -> dict[str, str]:
 def _load(data_dir: Path):
     import coverage
 
-    cov = coverage.Coverage(data_file=str(Path(data_dir) / ".coverage"), branch=True)
+    data_file = Path(data_dir) / ".coverage"
+    if not data_file.is_file():
+        raise FileNotFoundError(
+            f"{data_dir}: no coverage data (a run of `python -m tools.fuzz run"
+            " --coverage`, or a shard of one, writes it)"
+        )
+    cov = coverage.Coverage(data_file=str(data_file), branch=True)
     cov.load()
     return cov
 
@@ -259,7 +265,11 @@ def check_baseline(data: dict, path: Path) -> list[str]:
 
 
 def write_baseline(data: dict, path: Path, about: str) -> None:
+    """Record the reached branches; refused (nothing written) for a report
+    of no program, whose baseline would check nothing."""
     reached = sorted(row["key"] for row in data["branches"] if row["programs"])
+    if not data["programs"] or not reached:
+        raise ValueError(f"no program reached a branch: {path} left as it is")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"about": about, "reached": reached}, indent=1) + "\n")
 
