@@ -130,12 +130,11 @@ def test_upstream_files_import_the_overlay_at_their_top():
 # The files every backend runs, and the overlay modules each still imports.
 # They are to reach the C++ backend's decisions only through its interfaces
 # (BaseScheduling methods, backend features, device-registered
-# decompositions): scheduler.py does; the others are the upstream-form
-# work still to do.
+# decompositions): scheduler.py does, and ir.py for 0005 (a backend
+# feature); the rest is the upstream-form work still to do.
 NEUTRAL_IMPORTS = {
     "scheduler.py": set(),
     "ir.py": {
-        f"{PACKAGE}.scheduling.loop_ordering",
         f"{PACKAGE}.costs",
         f"{PACKAGE}.lowering.outer_reduction_blocks",
     },
