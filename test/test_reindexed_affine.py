@@ -46,7 +46,8 @@ def test_a_run_that_straddles_a_new_loop_cannot_share():
 def test_a_contiguous_run_maps_onto_the_new_loops_and_is_left_to_the_probe():
     # the input, read whole in both orders: affine over the new loops too
     whole = dep("arg0", 49152 * d[0] + 1024 * d[1] + 32 * d[2] + d[3], 2, 48, 32, 32)
-    other = dep("arg0", 49152 * d[0] + 16384 * d[1] + 32 * d[2] + d[3] + 1024 * d[4], *TARGET)
+    other_index = 49152 * d[0] + 16384 * d[1] + 32 * d[2] + d[3] + 1024 * d[4]
+    other = dep("arg0", other_index, *TARGET)
     assert not cannot_share(reads(whole), reads(other), TARGET)
     # one buffer the probe must see is enough to ask it
     assert not cannot_share(
@@ -70,7 +71,8 @@ def test_uncertain_cases_are_left_to_the_probe():
     symbolic = [2, 3, 32, sympy.Symbol("s0", positive=True, integer=True), 16]
     assert not cannot_share(reads(STATISTICS), reads(STATISTICS_OF_REDUCTION), symbolic)
     fewer_iterations = dep("buf1", 1024 * d[0] + d[3], 2, 1, 32, 32)
-    assert not cannot_share(reads(fewer_iterations), reads(STATISTICS_OF_REDUCTION), TARGET)
+    theirs = reads(STATISTICS_OF_REDUCTION)
+    assert not cannot_share(reads(fewer_iterations), theirs, TARGET)
 
 
 def test_no_buffer_in_common_cannot_share():

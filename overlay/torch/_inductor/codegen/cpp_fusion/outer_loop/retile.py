@@ -194,7 +194,7 @@ class OuterLoopRetile:
         if self._loses_vector_work(lost, sum(work)):
             log_retile(
                 self.node,
-                "not attempted: cost guard: at least %d of %d iterations would turn scalar",
+                "not attempted: cost guard: %d of %d iterations or more turn scalar",
                 lost,
                 sum(work),
             )

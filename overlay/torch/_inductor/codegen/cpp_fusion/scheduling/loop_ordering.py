@@ -375,7 +375,8 @@ def try_reindex_pointwise_for_reduction(scheduler, node1, node2) -> bool:
         return False
     if all(tuple(sn.get_ranges()[0]) == tuple(target) for sn in snodes):
         return False
-    if reindexed_affine.cannot_share(pointwise.read_writes, reduction.read_writes, target):
+    deps = (pointwise.read_writes, reduction.read_writes)
+    if reindexed_affine.cannot_share(*deps, target):
         return False  # known from the deps, before any loop body is rebuilt
     reindexed = _reindexed_deps(scheduler, pointwise, target)
     if not _share_a_dependency(scheduler, reindexed, reduction.read_writes):

@@ -41,9 +41,8 @@ def cannot_share(pointwise_read_writes, reduction_read_writes, target) -> bool:
         for dep in _deps_on(pointwise_read_writes, name):
             if not _leaves_affine_form(dep, sizes, boundaries):
                 return False
-        if not all(
-            _affine_terms(dep) is not None for dep in _deps_on(reduction_read_writes, name)
-        ):
+        theirs = _deps_on(reduction_read_writes, name)
+        if any(_affine_terms(dep) is None for dep in theirs):
             return False
     return True
 
@@ -79,11 +78,18 @@ def _runs(dep, terms: dict, ranges: list[int]):
         if ranges[i] == 1 or coefficient == 0:
             continue
         low = math.prod(ranges[i + 1 :])
-        if runs and runs[-1][1] == low and coefficient == runs[-1][2] * (low // runs[-1][0]):
+        if runs and _continues(runs[-1], low, coefficient):
             runs[-1][1] = low * ranges[i]
         else:
             runs.append([low, low * ranges[i], coefficient])
     return [(low, high) for low, high, _ in runs]
+
+
+def _continues(run: list[int], low: int, coefficient: int) -> bool:
+    """Whether a variable starting where ``run`` ends walks on from it: its
+    coefficient is the run's times the run's extent."""
+    run_low, run_high, run_coefficient = run
+    return run_high == low and coefficient == run_coefficient * (low // run_low)
 
 
 def _affine_terms(dep) -> dict | None:
