@@ -175,3 +175,22 @@ def compile_and_inspect(
     for got, want in zip(actual, _as_tuple(expected), strict=True):
         torch.testing.assert_close(got, want, **tolerance(want.dtype))
     return compiled
+
+
+def spy(monkeypatch, owner, name: str) -> list:
+    """Wrap ``owner.name`` (a function or method) so that the arguments of
+    every call are recorded in the list returned; the call still runs."""
+    calls: list = []
+    real = getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda *args: calls.append(args) or real(*args))
+    return calls
+
+
+def run_independent(code: str) -> list[str]:
+    """Generated code without the lines that differ between two compiles of
+    the same program: the graph's id and the path of the written module."""
+    return [
+        line
+        for line in code.splitlines()
+        if not line.startswith(("# AOT ID", "Output code written to"))
+    ]

@@ -18,6 +18,7 @@ from fusion_overlay import flags
 from compile_utils import compile_and_run
 from compile_utils import compile_shipped_and_inspect as compile_and_inspect
 from compile_utils import LOOP_ORDERING_OFF, requires_vectors, SEED_CONFIG
+from compile_utils import run_independent, spy
 from torch.testing import FileCheck
 
 
@@ -542,17 +543,10 @@ def _two_small_linears():
 
 @pytest.fixture
 def retile_attempts(monkeypatch):
-    """How many re-tiling attempts generated their kernels."""
+    """The re-tiling attempts that generated their kernels (one entry per kernel)."""
     from torch._inductor.codegen.cpp_fusion.outer_loop.retile import OuterLoopRetile
 
-    prepared: list = []
-    real = OuterLoopRetile.prepare
-    monkeypatch.setattr(
-        OuterLoopRetile,
-        "prepare",
-        lambda self, proxy: prepared.append(proxy) or real(self, proxy),
-    )
-    return prepared
+    return spy(monkeypatch, OuterLoopRetile, "prepare")
 
 
 @requires_vectors  # stock's attempt fails on the epilogue's vector tiling
@@ -581,13 +575,4 @@ def test_without_the_early_refusal_the_attempt_is_generated_and_refused(
     late = compile_and_inspect(fn, args)
     assert late.retiled == 0
     assert len(retile_attempts) > 0
-    assert _run_independent(late.code) == _run_independent(early.code)
-
-
-def _run_independent(code: str) -> list[str]:
-    # the graph's id and the path of the written module vary between compiles
-    return [
-        line
-        for line in code.splitlines()
-        if not line.startswith(("# AOT ID", "Output code written to"))
-    ]
+    assert run_independent(late.code) == run_independent(early.code)

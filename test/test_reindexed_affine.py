@@ -17,7 +17,7 @@ from torch._inductor.codegen.cpp_fusion.scheduling.reindexed_affine import canno
 from torch._inductor.dependencies import MemoryDep, ReadWrites
 from torch.utils._ordered_set import OrderedSet
 
-from compile_utils import compile_shipped_and_inspect
+from compile_utils import compile_shipped_and_inspect, run_independent, spy
 
 d = sympy.symbols("d0:5", integer=True, nonnegative=True)
 
@@ -114,13 +114,7 @@ def test_refused_from_the_deps_where_the_probe_refuses(monkeypatch):
 
 
 def test_an_early_refusal_builds_no_body_and_changes_no_code(monkeypatch):
-    built: list = []
-    real = loop_ordering._reindexed_deps
-    monkeypatch.setattr(
-        loop_ordering,
-        "_reindexed_deps",
-        lambda *args: built.append(args) or real(*args),
-    )
+    built = spy(monkeypatch, loop_ordering, "_reindexed_deps")
     early = compile_shipped_and_inspect(_two_group_norms, _args())
     refused_early = len(built)
     monkeypatch.setattr(
@@ -129,12 +123,4 @@ def test_an_early_refusal_builds_no_body_and_changes_no_code(monkeypatch):
     built.clear()
     late = compile_shipped_and_inspect(_two_group_norms, _args())
     assert len(built) > refused_early
-    assert _run_independent(late.code) == _run_independent(early.code)
-
-
-def _run_independent(code: str) -> list[str]:
-    return [
-        line
-        for line in code.splitlines()
-        if not line.startswith(("# AOT ID", "Output code written to"))
-    ]
+    assert run_independent(late.code) == run_independent(early.code)
