@@ -747,9 +747,9 @@ ALL_MUTANTS = (
         "0018",
         "one-level-unchecked",
         SHALLOW,
-        "        yield shallow, ShallowerFusion(shallow, vectorized)",
+        "        attempt = ShallowerFusion(shallow, vectorized)\n",
         "        attempt = ShallowerFusion(shallow, vectorized)\n"
-        "        attempt.depth -= 1\n        yield shallow, attempt",
+        "        attempt.depth -= 1\n",
         "bound",
     ),
     Mutant(
