@@ -177,13 +177,10 @@ def compile_and_inspect(
     return compiled
 
 
-def spy(monkeypatch, owner, name: str) -> list:
-    """Wrap ``owner.name`` (a function or method) so that the arguments of
-    every call are recorded in the list returned; the call still runs."""
-    calls: list = []
-    real = getattr(owner, name)
-    monkeypatch.setattr(owner, name, lambda *args: calls.append(args) or real(*args))
-    return calls
+def recording(real: Callable, calls: list) -> Callable:
+    """``real``, recording the arguments of each of its calls in ``calls``
+    (set it in place of ``real`` with ``monkeypatch.setattr``)."""
+    return lambda *args: calls.append(args) or real(*args)
 
 
 def run_independent(code: str) -> list[str]:

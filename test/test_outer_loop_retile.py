@@ -18,7 +18,7 @@ from fusion_overlay import flags
 from compile_utils import compile_and_run
 from compile_utils import compile_shipped_and_inspect as compile_and_inspect
 from compile_utils import LOOP_ORDERING_OFF, requires_vectors, SEED_CONFIG
-from compile_utils import run_independent, spy
+from compile_utils import recording, run_independent
 from torch.testing import FileCheck
 
 
@@ -546,7 +546,10 @@ def retile_attempts(monkeypatch):
     """The re-tiling attempts that generated their kernels (one entry per kernel)."""
     from torch._inductor.codegen.cpp_fusion.outer_loop.retile import OuterLoopRetile
 
-    return spy(monkeypatch, OuterLoopRetile, "prepare")
+    prepared: list = []
+    real = OuterLoopRetile.prepare
+    monkeypatch.setattr(OuterLoopRetile, "prepare", recording(real, prepared))
+    return prepared
 
 
 @requires_vectors  # stock's attempt fails on the epilogue's vector tiling

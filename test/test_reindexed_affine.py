@@ -17,7 +17,7 @@ from torch._inductor.codegen.cpp_fusion.scheduling.reindexed_affine import canno
 from torch._inductor.dependencies import MemoryDep, ReadWrites
 from torch.utils._ordered_set import OrderedSet
 
-from compile_utils import compile_shipped_and_inspect, run_independent, spy
+from compile_utils import compile_shipped_and_inspect, recording, run_independent
 
 d = sympy.symbols("d0:5", integer=True, nonnegative=True)
 
@@ -114,7 +114,9 @@ def test_refused_from_the_deps_where_the_probe_refuses(monkeypatch):
 
 
 def test_an_early_refusal_builds_no_body_and_changes_no_code(monkeypatch):
-    built = spy(monkeypatch, loop_ordering, "_reindexed_deps")
+    built: list = []
+    real = loop_ordering._reindexed_deps
+    monkeypatch.setattr(loop_ordering, "_reindexed_deps", recording(real, built))
     early = compile_shipped_and_inspect(_two_group_norms, _args())
     refused_early = len(built)
     monkeypatch.setattr(
