@@ -279,7 +279,6 @@ class OuterLoopRetile:
             return False
         return True
 
-
     @staticmethod
     def _loses_vector_work(lost: int, work: int) -> bool:
         return lost * VECTOR_LANES > work
