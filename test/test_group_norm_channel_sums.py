@@ -148,7 +148,7 @@ def test_pixel_blocks_divide_the_pixels():
     assert channel_sums.pixel_block(34) is None  # 2 x 17: blocks of 2
 
 
-def test_channel_sums_only_for_channels_last_cpu_tensors_under_the_cpp_backend():
+def test_channel_sums_only_for_channels_last_inputs_with_the_flag():
     x = _channels_last(2, 8, 4, 4)
     assert channel_sums.sums_per_channel(x)
     assert not channel_sums.sums_per_channel(x.contiguous())
@@ -156,11 +156,20 @@ def test_channel_sums_only_for_channels_last_cpu_tensors_under_the_cpp_backend()
     # ATen's GroupNorm takes a 3-D input contiguous only (F.group_norm makes
     # it so; native_group_norm refuses channels innermost)
     assert not channel_sums.sums_per_channel(_channels_last(2, 8, 16))
-    assert not channel_sums.sums_per_channel(x.to("meta"))
-    with config.patch(cpu_backend="triton"):
-        assert not channel_sums.sums_per_channel(x)
     with config.patch(SUMS_OFF):
         assert not channel_sums.sums_per_channel(x)
+
+
+def test_only_the_cpp_backend_of_the_cpu_decomposes_by_channel_sums():
+    """decomposition.py asks the backend of the input's device
+    (BaseScheduling.decompose): another device, or another CPU backend,
+    keeps the core decomposition."""
+    x = _channels_last(2, 40, 8, 8)
+    with config.patch(SHIPPED_DEFAULTS):
+        assert aten.var_mean.correction not in _decomposed_ops(x, 4)
+        assert aten.var_mean.correction in _decomposed_ops(x.to("meta"), 4)
+        with config.patch(cpu_backend="triton"):
+            assert aten.var_mean.correction in _decomposed_ops(x, 4)
 
 
 def test_small_inputs_keep_the_core_decomposition(monkeypatch):

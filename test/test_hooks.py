@@ -35,7 +35,14 @@ def test_call_sites_name_the_upstream_methods_that_call_a_module():
     outer_loop_node = "cpp.py: CppScheduling.codegen_outer_loop_node"
     assert outer_loop_node in sites["outer_loop.fallbacks"]
     assert "cpp.py: CppVecKernel.store" in sites["emitters.streaming_stores"]
-    assert "ir.py: Reduction.create" in sites["lowering.outer_reduction_blocks"]
+    # through a BaseScheduling hook that CppScheduling overrides
+    split = "ir.py: Reduction.create (BaseScheduling.outer_reduction_split)"
+    assert split in sites["lowering.outer_reduction_blocks"]
+    # through a class attribute the override reads
+    softmax = sites["lowering.softmax_reciprocal"]
+    decompose = "decomposition.py: _backend_decomposition (BaseScheduling.decompose)"
+    assert decompose in softmax
+    assert "cpp.py: CppScheduling.decompositions" in softmax
     # regroup is reached through the fallbacks, never from upstream directly
     assert "outer_loop.regroup" not in sites
 

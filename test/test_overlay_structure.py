@@ -16,16 +16,21 @@ from tools.hooks import absolute_module
 PACKAGE = "torch._inductor.codegen.cpp_fusion"
 PACKAGE_DIR = "torch/_inductor/codegen/cpp_fusion/"
 # (upstream file, overlay module) imported inside a function, and why: the
-# module imports codegen/cpp.py's classes (a cycle at the top), or the name
-# would read as the file's own (decomposition.py's softmax).
+# module imports codegen/cpp.py's classes (a cycle at the top).
 LOCAL_IMPORTS = {
     ("codegen/cpp.py", f"{PACKAGE}.outer_loop.fallbacks"),
-    ("decomposition.py", f"{PACKAGE}.lowering.softmax_reciprocal"),
-    ("decomposition.py", f"{PACKAGE}.lowering.group_norm_channel_sums"),
 }
 if "outer_loop_local_buffer_check" in flags.NAMES:  # 0006, in series before 2.14.1
     LOCAL_IMPORTS.add(("codegen/cpp.py", f"{PACKAGE}.outer_loop.retile"))
-PATCHED = ("codegen/cpp.py", "scheduler.py", "ir.py", "lowering.py", "decomposition.py")
+PATCHED = (
+    "codegen/cpp.py",
+    "codegen/common.py",
+    "scheduler.py",
+    "ir.py",
+    "lowering.py",
+    "decomposition.py",
+    "graph.py",
+)
 
 
 def module_name(rel: str) -> str:
@@ -127,36 +132,18 @@ def test_upstream_files_import_the_overlay_at_their_top():
     assert local == LOCAL_IMPORTS
 
 
-# The files every backend runs, and the overlay modules each still imports.
-# They are to reach the C++ backend's decisions only through its interfaces
-# (BaseScheduling methods, backend features, device-registered
-# decompositions): scheduler.py does, and ir.py for 0005 (a backend
-# feature); the rest is the upstream-form work still to do.
-NEUTRAL_IMPORTS = {
-    "scheduler.py": set(),
-    "ir.py": {
-        f"{PACKAGE}.costs",
-        f"{PACKAGE}.lowering.outer_reduction_blocks",
-    },
-    "lowering.py": {f"{PACKAGE}.costs"},
-    "decomposition.py": {
-        f"{PACKAGE}.lowering.softmax_reciprocal",
-        f"{PACKAGE}.lowering.group_norm_channel_sums",
-    },
-}
+# The files every backend runs.  They reach the C++ backend's decisions only
+# through its interfaces (BaseScheduling methods, backend features, the
+# device's scheduling asked while lowering and decomposing), as upstream does.
+NEUTRAL_FILES = ("scheduler.py", "ir.py", "lowering.py", "decomposition.py", "graph.py")
 
 
-def test_backend_neutral_files_import_only_what_is_left_to_move():
+def test_backend_neutral_files_neither_import_nor_name_the_cpu_package():
     root = Path(torch._inductor.__file__).parent
-    modules = overlay_modules()
-    for rel, expected in NEUTRAL_IMPORTS.items():
+    for rel in NEUTRAL_FILES:
+        text = (root / rel).read_text()
         importer = module_name(f"torch/_inductor/{rel}")
-        imported = set()
-        for node in ast.walk(ast.parse((root / rel).read_text())):
+        for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ImportFrom):
-                target = absolute_module(importer, node)
-                if target.startswith(PACKAGE):
-                    for alias in node.names:
-                        name = f"{target}.{alias.name}"
-                        imported.add(name if name in modules else target)
-        assert imported == expected, rel
+                assert not absolute_module(importer, node).startswith(PACKAGE), rel
+        assert "cpp_fusion" not in text, rel

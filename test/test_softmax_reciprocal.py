@@ -22,10 +22,13 @@ from compile_utils import (
     vector_lanes,
 )
 from torch._inductor import config
+from torch._inductor.decomposition import select_decomp_table
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import torch._inductor.codegen.cpp_fusion.lowering.softmax_reciprocal as reciprocal
 
 RECIPROCAL_OFF = {"cpp.softmax_reciprocal": False}
+aten = torch.ops.aten
 ONE = "static_cast<float>(1.0)"
 DIVISION = re.compile(r"auto (tmp\d+) = (tmp\d+) / (tmp\d+);")
 
@@ -104,14 +107,33 @@ def test_bfloat16_keeps_its_dtype():
     assert set(_dividends(patched.code)) == {ONE}
 
 
-def test_reciprocal_only_for_cpu_tensors_under_the_cpp_backend():
+def _decomposes_by_reciprocal(x: torch.Tensor) -> bool:
+    """Whether Inductor's decomposition of a softmax over x's last dim
+    multiplies by a reciprocal."""
+    table = select_decomp_table()
+    graph = make_fx(lambda t: aten._softmax(t, -1, False), decomposition_table=table)(
+        x
+    ).graph
+    return any(node.target is aten.reciprocal.default for node in graph.nodes)
+
+
+def test_reciprocal_only_with_the_flag():
     x = torch.randn(3)
     assert reciprocal.multiplies_by_reciprocal(x, -1)
-    assert not reciprocal.multiplies_by_reciprocal(x.to("meta"), -1)
-    with config.patch(cpu_backend="triton"):
-        assert not reciprocal.multiplies_by_reciprocal(x, -1)
     with config.patch(RECIPROCAL_OFF):
         assert not reciprocal.multiplies_by_reciprocal(x, -1)
+
+
+def test_only_the_cpp_backend_of_the_cpu_decomposes_by_reciprocal():
+    """decomposition.py asks the backend of the input's device
+    (BaseScheduling.decompose): another device, or another CPU backend,
+    keeps the core decomposition."""
+    x = torch.randn(4, 8)
+    with config.patch(SHIPPED_DEFAULTS):
+        assert _decomposes_by_reciprocal(x)
+        assert not _decomposes_by_reciprocal(x.to("meta"))
+        with config.patch(cpu_backend="triton"):
+            assert not _decomposes_by_reciprocal(x)
 
 
 def test_without_hoisted_loads_softmax_keeps_its_division():

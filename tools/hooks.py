@@ -33,6 +33,9 @@ PACKAGE = "torch._inductor.codegen.cpp_fusion"
 UPSTREAM = (
     "codegen/cpp.py", "scheduler.py", "ir.py", "lowering.py", "decomposition.py",
 )  # fmt: skip
+# The files every backend runs: they reach the overlay only through
+# BaseScheduling methods that CppScheduling overrides.
+NEUTRAL = ("scheduler.py", "ir.py", "lowering.py", "decomposition.py", "graph.py")
 FEATURES = REPO_ROOT / "docs" / "features"
 HEADER = """\
 # Hooks: where upstream calls the overlay
@@ -95,7 +98,78 @@ def call_sites(inductor_dir: Path) -> dict[str, set[str]]:
                             target[len(PACKAGE) + 1 :], alias.name
                         )
         _collect(tree, [], imported, Path(rel).name, sites)
+    _add_backend_hook_callers(inductor_dir, sites)
     return sites
+
+
+def _add_backend_hook_callers(inductor_dir: Path, sites: dict[str, set[str]]) -> None:
+    """A module that CppScheduling calls from an override of a BaseScheduling
+    method (or from a class attribute such a method reads) is also called
+    from where the backend-neutral files ask that method."""
+    trees = {rel: ast.parse((inductor_dir / rel).read_text()) for rel in NEUTRAL}
+    base = _class_methods(trees["scheduler.py"], "BaseScheduling")
+    cpp_tree = ast.parse((inductor_dir / "codegen/cpp.py").read_text())
+    cpp = _class_node(cpp_tree, "CppScheduling")
+    readers = _attribute_readers(cpp) if cpp is not None else {}
+    for called in sites.values():
+        for site in list(called):
+            if not site.startswith("cpp.py: CppScheduling."):
+                continue
+            member = site.rsplit(".", 1)[1]
+            for hook in sorted({member, *readers.get(member, ())} & base):
+                for rel, tree in trees.items():
+                    for method in _callers_of(tree, hook):
+                        called.add(f"{rel}: {method} (BaseScheduling.{hook})")
+
+
+def _class_node(tree: ast.Module, name: str) -> ast.ClassDef | None:
+    return next(
+        (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None
+    )
+
+
+def _class_methods(tree: ast.Module, name: str) -> set[str]:
+    cls = _class_node(tree, name)
+    if cls is None:
+        return set()
+    return {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+
+
+def _attribute_readers(cls: ast.ClassDef) -> dict[str, set[str]]:
+    """{attribute: the methods of cls that read self.attribute}."""
+    out: dict[str, set[str]] = {}
+    for method in cls.body:
+        if isinstance(method, ast.FunctionDef):
+            for node in ast.walk(method):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                ):
+                    out.setdefault(node.attr, set()).add(method.name)
+    return out
+
+
+def _callers_of(tree: ast.Module, method_name: str) -> set[str]:
+    """'Class.method' or 'function' of each call of `<x>.method_name(...)`."""
+    found: set[str] = set()
+
+    def visit(node, scope):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                visit(child, [*scope, child.name])
+                continue
+            if (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, ast.Attribute)
+                and child.func.attr == method_name
+                and scope
+            ):
+                found.add(".".join(scope[:2]) if scope[0][:1].isupper() else scope[0])
+            visit(child, scope)
+
+    visit(tree, [])
+    return found
 
 
 def _module_of(package: str, name: str) -> str:
@@ -111,7 +185,7 @@ def _overlay_modules() -> frozenset[str]:
     return frozenset(_short(rel) for rel in load_overlay_files())
 
 
-def _collect(node, scope, imported, file, sites) -> None:
+def _collect(node, scope, imported, file, sites, attribute=None) -> None:
     for child in ast.iter_child_nodes(node):
         if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             _collect(child, [*scope, child.name], imported, file, sites)
@@ -122,10 +196,22 @@ def _collect(node, scope, imported, file, sites) -> None:
             and child.id in imported
             and scope
         ):
-            # a nested helper function reads as its enclosing method
+            # a nested helper function reads as its enclosing method, a class
+            # attribute as Class.attribute
             method = ".".join(scope[:2]) if scope[0][:1].isupper() else scope[0]
+            if attribute:
+                method = f"{scope[0]}.{attribute}"
             sites.setdefault(imported[child.id], set()).add(f"{file}: {method}")
-        _collect(child, scope, imported, file, sites)
+        in_class_body = len(scope) == 1 and scope[0][:1].isupper()
+        bound = _assigned_in(child) if in_class_body else None
+        _collect(child, scope, imported, file, sites, bound or attribute)
+
+
+def _assigned_in(node) -> str | None:
+    """The name a class-level assignment `node` binds, if it is one."""
+    if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id
+    return None
 
 
 def patches_by_module() -> dict[str, list[str]]:

@@ -236,7 +236,7 @@ def _ops_so_far(node) -> set[str]:
         group = next(m for m in group.get_outer_nodes() if node in m.get_nodes())
     ops: set[str] = set()
     for snode in group.get_nodes():
-        ops.update(snode._body.op_counts)
+        ops.update(snode.loop_body.op_counts)
         if snode is node:
             break
     return ops

@@ -316,7 +316,7 @@ def _bound_by_its_math(proxy) -> bool:
     the op counts of its LoopBody (read from the fused scheduler node)."""
     return any(
         getattr(node, "_body", None) is not None
-        and any(node._body.op_counts.get(op, 0) for op in costs.TRANSCENDENTAL_OPS)
+        and any(node.loop_body.op_counts.get(op, 0) for op in costs.TRANSCENDENTAL_OPS)
         for node in _first_pass_nodes(proxy)
     )
 

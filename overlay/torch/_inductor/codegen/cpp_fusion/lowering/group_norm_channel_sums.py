@@ -29,10 +29,12 @@ The decomposition only sees the input's layout at trace time: a GroupNorm
 whose input Inductor makes channels-last later (layout optimization around
 convolutions) keeps the core decomposition.
 
-Behind ``config.cpp.group_norm_channel_sums``; the hook in
-``decomposition.py`` calls ``native_group_norm``, which falls back to the
-core decomposition when the flag is off, the input is not on the CPU, the
-CPU backend is not the C++ one, the input is not channels-last, a size is
+Behind ``config.cpp.group_norm_channel_sums``.  ``decomposition.py``
+decomposes ``aten.native_group_norm.default`` as the backend of the input's
+device decides (``BaseScheduling.decompose``); ``CppScheduling``'s table
+sends it to ``native_group_norm``, so the input is on the CPU under the C++
+backend.  It falls back to the core decomposition when the flag is off, the
+input is not channels-last, a size is
 symbolic, the input is smaller than ``GROUP_NORM_CHANNEL_SUMS_MIN_BYTES``
 (the two extra nests would cost more than they save), or no block size
 divides the pixel count (see ``pixel_block``).
@@ -65,13 +67,11 @@ def _is_channels_last(x: torch.Tensor) -> bool:
 
 
 def sums_per_channel(x: torch.Tensor) -> bool:
-    """Whether this GroupNorm is compiled here by the C++ backend with the
-    flag on, over channels-last memory with static sizes, large enough to
-    pay for the statistics' extra nests."""
+    """Whether this GroupNorm, which the C++ backend decomposes, takes
+    statistics per channel: the flag is on, and the input is channels-last
+    with static sizes, large enough to pay for the statistics' extra nests."""
     return bool(
         config.cpp.group_norm_channel_sums
-        and x.device.type == "cpu"
-        and config.cpu_backend == "cpp"
         and x.ndim in (4, 5)
         and all(isinstance(size, int) for size in x.shape)
         and x.numel() > 0

@@ -25,13 +25,17 @@ rounding; for a divisor near the smallest normal float the reciprocal would
 overflow.  Rows holding ``inf`` or ``nan``, or all ``-inf``, give ``nan``
 either way.
 
-Behind ``config.cpp.softmax_reciprocal``; the hook in ``decomposition.py``
-calls ``softmax`` for ``aten._softmax.default``, which falls back to the
-core decomposition when the flag is off, the tensor is not on the CPU, the
-CPU backend is not the C++ one, or the softmax is over a middle dim.
+Behind ``config.cpp.softmax_reciprocal``.  ``decomposition.py`` decomposes
+``aten._softmax.default`` as the backend of the input's device decides
+(``BaseScheduling.decompose``); ``CppScheduling``'s table sends it to
+``softmax``, so the input is on the CPU under the C++ backend.  ``softmax``
+calls the core decomposition when the flag is off or the softmax is over a
+middle dim.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch._decomp import decompositions as core
@@ -45,8 +49,9 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 
 def multiplies_by_reciprocal(x: torch.Tensor, dim: int) -> bool:
-    """Whether this softmax is compiled by the C++ backend with the flag on,
-    over rows that are contiguous once the decomposition makes x so.
+    """Whether this softmax, which the C++ backend decomposes, multiplies:
+    the flag is on and its rows are contiguous once the decomposition makes
+    x so.
 
     Only with ``cpp.hoist_invariant_loads``: without it the output loop
     reloads the sum in every iteration (its stores may alias it), and the
@@ -56,8 +61,6 @@ def multiplies_by_reciprocal(x: torch.Tensor, dim: int) -> bool:
     return bool(
         config.cpp.softmax_reciprocal
         and config.cpp.hoist_invariant_loads
-        and x.device.type == "cpu"
-        and config.cpu_backend == "cpp"
         and _over_contiguous_rows(x, dim)
     )
 
@@ -75,9 +78,15 @@ def _over_contiguous_rows(x: torch.Tensor, dim: int) -> bool:
     return all(statically_known_true(size == 1) for size in inner)
 
 
-def softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+def softmax(
+    core_softmax: Callable[..., torch.Tensor],
+    x: torch.Tensor,
+    dim: int,
+    half_to_float: bool,
+) -> torch.Tensor:
+    """``aten._softmax``; ``core_softmax`` is the core decomposition."""
     if not multiplies_by_reciprocal(x, dim):
-        return core._softmax(x, dim, half_to_float)
+        return core_softmax(x, dim, half_to_float)
     # Same dtypes and layout as the core decomposition: a contiguous result,
     # computed in the promoted dtype (float for half and bfloat16).
     x = x.contiguous()

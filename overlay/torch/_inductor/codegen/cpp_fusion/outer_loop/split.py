@@ -201,4 +201,4 @@ def split_for_outer_loop_fusion(
         new_sizes,
         producer.get_name(),
     )
-    return scheduling._get_outer_loop_fusion_depth(producer, consumer) >= 1
+    return scheduling.outer_loop_fusion_depth(producer, consumer) >= 1

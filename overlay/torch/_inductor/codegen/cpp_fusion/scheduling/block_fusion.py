@@ -154,10 +154,7 @@ def _outer_depth(scheduler, node1, node2) -> int:
         return 0
     if not (node1.get_operation_names() & node2.ancestors):
         return 0  # not a producer/consumer pair
-    backend = scheduler.get_backend(device)
-    if not hasattr(backend, "_get_outer_loop_fusion_depth"):
-        return 0
-    return backend._get_outer_loop_fusion_depth(node1, node2)
+    return scheduler.get_backend(device).outer_loop_fusion_depth(node1, node2)
 
 
 def buffers_shared_by_block(scheduler, node1, node2, depth: int) -> set[str] | None:

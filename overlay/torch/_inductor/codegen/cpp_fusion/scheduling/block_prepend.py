@@ -52,6 +52,7 @@ from torch._inductor.scheduler import _LoopStateSnapshot, fusion_log
 
 from ..nodes import is_outer_loop_fused, under_rollback_scope
 from ..outer_loop.regroup import codegen_alone
+from . import loop_ordering
 from .block_fusion import block_fusion_score_at, members_join_by_block
 from .block_tiles import (
     apply_loop_bodies,
@@ -90,15 +91,13 @@ def _reindexed_score(scheduler, node1, node2) -> int:
     apart at lowering ((N, C, L) against GroupNorm's (N*G | C/G*L)) shares
     none as indexed, so the pair never gets there: erf stored by its own
     loop nest where stock, inlining it, has none."""
-    from .loop_ordering import try_reindex_pointwise_for_reduction
-
     leaves = leaves_of_one_space(node1)
     if leaves is None or node1.is_reduction():
         return 0
     if not under_rollback_scope(leaves):
         return 0  # outside can_fuse's rollback scope: never mutate
     saved = _LoopStateSnapshot.create((node1,))
-    if try_reindex_pointwise_for_reduction(scheduler, node1, node2):
+    if loop_ordering.try_reindex_pointwise_for_reduction(scheduler, node1, node2):
         score = scheduler.score_fusion_memory(node1, node2)
         if score > 0:
             return score
@@ -108,7 +107,7 @@ def _reindexed_score(scheduler, node1, node2) -> int:
 
 def _fusion_depth(scheduler, node1, node2) -> int:
     backend = scheduler.get_backend(node1.get_device())
-    return backend._get_outer_loop_fusion_depth(node1, node2)
+    return backend.outer_loop_fusion_depth(node1, node2)
 
 
 def _split_and_score(scheduler, node1, node2, outer: list[int]) -> int:

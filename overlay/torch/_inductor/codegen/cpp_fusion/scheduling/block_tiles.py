@@ -271,7 +271,7 @@ def _extended_fusion_score(scheduler, node1, node2, depth: int) -> int:
     """Bytes shared by the tiled consumer joining the tiled outer-loop fused
     node over ``depth`` loops, where the backend fuses them over as many."""
     backend = scheduler.get_backend(node1.get_device())
-    if backend._get_outer_loop_fusion_depth(node1, node2) != depth:
+    if backend.outer_loop_fusion_depth(node1, node2) != depth:
         return 0
     return block_fusion_score_at(scheduler, node1, node2, depth)
 
@@ -393,7 +393,7 @@ def apply_loop_bodies(node, leaves, transform) -> None:
     """Give every leaf of node the loop body transform(body), and node (and
     the fused nodes an outer-loop fused node holds) the leaves' new group."""
     for sn in leaves:
-        sn.apply_loop_body(transform(sn._body))
+        sn.apply_loop_body(transform(sn.loop_body))
     _regroup(node, leaves)
 
 

@@ -202,7 +202,7 @@ def _merge_members_together(snodes) -> bool:
 
     if not all(isinstance(sn, SchedulerNode) for sn in snodes):
         return False
-    if len({tuple(sn._body.sizes[0]) for sn in snodes}) != 1:
+    if len({tuple(sn.loop_body.sizes[0]) for sn in snodes}) != 1:
         return False
     shared = {sn: _index_exprs_over(sn, snodes) for sn in snodes}
     for sn in snodes:
@@ -210,7 +210,7 @@ def _merge_members_together(snodes) -> bool:
         _recompute_group(sn)
     # the same indices give every member the same loops; the caller restores
     # the members if not
-    return len({tuple(sn._body.sizes[0]) for sn in snodes}) == 1
+    return len({tuple(sn.loop_body.sizes[0]) for sn in snodes}) == 1
 
 
 def _merge_fully_fused_outer_members(node) -> bool:
@@ -221,11 +221,11 @@ def _merge_fully_fused_outer_members(node) -> bool:
     """
     snodes = node.get_nodes()
     depth = node.outer_loop_fusion_depth
-    if any(len(sn._body.sizes[0]) != depth for sn in snodes):
+    if any(len(sn.loop_body.sizes[0]) != depth for sn in snodes):
         return False
     if not _merge_members_together(snodes):
         return False
-    node.outer_loop_fusion_depth = len(snodes[0]._body.sizes[0])
+    node.outer_loop_fusion_depth = len(snodes[0].loop_body.sizes[0])
     return _refresh_outer_groups(node)
 
 
@@ -251,14 +251,14 @@ def _index_exprs_over(target, snodes) -> list:
     """
     import sympy
 
-    target_iter_vars = target._body.vars[0]
+    target_iter_vars = target.loop_body.vars[0]
     exprs = []
     for sn in snodes:
-        iter_vars, reduce_vars = sn._body.vars
+        iter_vars, reduce_vars = sn.loop_body.vars
         mapping = dict(zip(iter_vars, target_iter_vars))
         if sn is not target:
             mapping.update({v: sympy.Dummy(str(v)) for v in reduce_vars})
-        exprs += [e.xreplace(mapping) for e in sn._body.indexing_exprs.values()]
+        exprs += [e.xreplace(mapping) for e in sn.loop_body.indexing_exprs.values()]
     return exprs
 
 
@@ -278,7 +278,7 @@ def merge_loops_below(snode, depth: int, exprs=None) -> None:
     from torch._inductor.loop_body import LoopBody
     from torch._inductor.virtualized import V
 
-    body = snode._body
+    body = snode.loop_body
     iter_vars, reduce_vars = body.vars
     iter_sizes, reduce_sizes = body.sizes
     if len(iter_vars) < depth:
@@ -415,7 +415,7 @@ def _reindexed_deps(scheduler, pointwise, target):
 
     snodes = pointwise.get_nodes()
     # The loop bodies are held, so the key compares them by identity.
-    key = ("reindexed", tuple(sn._body for sn in snodes), tuple(target))
+    key = ("reindexed", tuple(sn.loop_body for sn in snodes), tuple(target))
     cache = scheduler.get_backend(pointwise.get_device()).loop_body_answers
     if key not in cache:
         snapshot = _LoopStateSnapshot.create((pointwise,))
@@ -595,7 +595,7 @@ def _reordered(snode, new_order) -> SimpleNamespace:
     scheduler), for its loops reordered to ``new_order``."""
     from torch._inductor import dependencies
 
-    body = snode._body.reorder_iter_loops(new_order)
+    body = snode.loop_body.reorder_iter_loops(new_order)
     read_writes = dependencies.extract_read_writes(
         body, *body.sizes, normalize=False
     ).rename(snode.mutation_renames)
@@ -705,7 +705,7 @@ def _mergeable_members(node):
         return None
     snodes = [sn for sn in node.get_nodes() if isinstance(sn, SchedulerNode)]
     if len(snodes) != len(node.get_nodes()) or any(
-        sn.is_template() or sn._body is None for sn in snodes
+        sn.is_template() or sn.loop_body is None for sn in snodes
     ):
         return None
     return snodes
@@ -718,7 +718,7 @@ def _merged_group(node):
         return None
     device = snodes[0].node.get_device_or_error()
     backend = snodes[0].scheduler.get_backend(device)
-    groups = [_merged_loop_group(backend, sn._body) for sn in snodes]
+    groups = [_merged_loop_group(backend, sn.loop_body) for sn in snodes]
     group = max(groups, key=lambda g: int(bool(g[1])))
     iteration, reduction = group
     accepted = {group, (tuple(iteration) + tuple(reduction), ()), (iteration, ())}
@@ -744,7 +744,7 @@ def _merge_for_fusion(node) -> None:
 
     for sn in _mergeable_members(node):
         # apply_loop_body tells can_fuse's rollback tracker, merge_loops not.
-        sn.apply_loop_body(sn._body.merge_loops())
+        sn.apply_loop_body(sn.loop_body.merge_loops())
         _recompute_group(sn)
     if isinstance(node, FusedSchedulerNode):
         node.group = fused_node_group(node)
