@@ -17,9 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch.testing import FileCheck
 
-from fusion_overlay import flags
 import torch._inductor.codegen.cpp_fusion.scheduling.loop_ordering as cpp_loop_ordering
-from torch._inductor import metrics
+from torch._inductor import config, metrics
 from torch._inductor.scheduler import Scheduler, SchedulerNode
 from torch._inductor.test_operators import realize
 
@@ -46,7 +45,8 @@ LOOP_ORDERING_ONLY = {
     "cpp.block_local_buffers": False,
     "cpp.outer_reduction_blocks": False,
 }.items()
-    if key in flags.CONFIG_KEYS  # a release whose stock has 0006 has no flag
+    # a release whose stock has 0006's fix has no flag for it
+    if hasattr(config.cpp, key.removeprefix("cpp."))
 }
 # The overlay as shipped, but reductions over dim 0 in one level: 0023 splits
 # them into blocks of rows (test_outer_reduction_blocks.py), which changes

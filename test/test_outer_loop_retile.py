@@ -12,9 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch._inductor import metrics
+from torch._inductor import config, metrics
 from torch._inductor.codegen.cpp_fusion import costs
-from fusion_overlay import flags
 from compile_utils import compile_and_run
 from compile_utils import compile_shipped_and_inspect as compile_and_inspect
 from compile_utils import LOOP_ORDERING_OFF, requires_vectors, SEED_CONFIG
@@ -227,7 +226,7 @@ def test_no_local_buffer_under_a_vector_tiled_outer_loop():
     args = _stacked_terms_args()
     expected = _stacked_terms(*args)
     stock_out, stock = compile_and_run(_stacked_terms, args, overlay=False)
-    if "outer_loop_local_buffer_check" in flags.NAMES:
+    if hasattr(config.cpp, "outer_loop_local_buffer_check"):
         # stock before upstream's fix (#185855): all rows share one local
         # buffer slot set -> wrong values
         assert "local_buffer" in stock.code
@@ -243,7 +242,7 @@ def test_no_local_buffer_under_a_vector_tiled_outer_loop():
 
 @requires_vectors
 @pytest.mark.skipif(
-    "outer_loop_local_buffer_check" not in flags.NAMES,
+    not hasattr(config.cpp, "outer_loop_local_buffer_check"),
     reason="this release's stock has the check (upstream #185855), its series no flag",
 )
 def test_the_local_buffer_check_needs_no_retiling():
@@ -473,21 +472,15 @@ class KernelGroupArgs:
 
 
 def _run(fallbacks):
-    from torch._inductor.codegen.cpp_fusion.outer_loop.fallbacks import (
-        FailedMerge,
-        run_fallbacks,
-    )
+    from torch._inductor.codegen.cpp_fusion.outer_loop.fallbacks import FailedMerge
 
     class Scheduling:
         kernel_group = KernelGroupArgs()
 
-        def outer_loop_fallbacks(self):
-            return fallbacks
-
     metrics.generated_cpp_vec_kernel_count = 7
     metrics.generated_kernel_count = 9
-    failed = FailedMerge(Scheduling(), None, [], lambda node, retile: False)
-    return run_fallbacks(failed, (1, 2))
+    merge = lambda node, retile: False  # noqa: E731
+    return FailedMerge(Scheduling(), None, [], merge, (1, 2), tuple(fallbacks)).run()
 
 
 def test_fallbacks_run_in_order_from_the_counters_before_the_node():
@@ -510,6 +503,18 @@ def test_no_fallback_generates_the_node():
     seen: list = []
     assert not _run([_Fallback("a", True, [False], seen)])
     assert seen == [("a", 1, 2, False)]
+    # stock's separate nests then count from the counters before the node,
+    # not after the failed attempt's kernels
+    counters = (metrics.generated_cpp_vec_kernel_count, metrics.generated_kernel_count)
+    assert counters == (1, 2)
+
+
+def test_with_every_fallback_off_the_counters_stay_stocks():
+    seen: list = []
+    assert not _run([_Fallback("off", False, [True], seen)])
+    assert seen == []
+    counters = (metrics.generated_cpp_vec_kernel_count, metrics.generated_kernel_count)
+    assert counters == (7, 9)
 
 
 @requires_vectors  # the stock attempt's vector tiling is what fails to merge

@@ -370,7 +370,7 @@ def test_each_fallback_lands_with_the_patch_that_lists_it():
     fallbacks = "torch/_inductor/codegen/cpp_fusion/outer_loop/fallbacks.py"
     arrivals = {
         "Retile": "0002",
-        "run_fallbacks": "0002",
+        "FailedMerge": "0002",
         "Regroup": "0012",
         "Shallower": "0018",
         "Prepend": "0020",
@@ -557,3 +557,37 @@ def test_exported_helper_ships_every_switch_on():
     from fusion_overlay.flags import FLAGS
 
     assert all(flag.default for flag in FLAGS), [f.name for f in FLAGS if not f.default]
+
+
+def test_each_commit_names_the_upstream_interfaces_it_adds():
+    by_patch = {p.name[:4]: pr.upstream_interfaces(p) for p in load_series().patches}
+    assert by_patch["0001"] == []
+    # a lowering hook: the BaseScheduling method (CppScheduling's override is
+    # implied) and how lowering reaches a device's scheduling
+    assert by_patch["0004"] == [
+        "common.get_device_scheduling",
+        "V.graph.get_device_scheduling",
+        "BaseScheduling.two_step_variance_threshold",
+    ]
+    assert "BackendFeature.LOOP_ORDERING_AFTER_FUSION" in by_patch["0005"]
+    assert "SchedulerNode.loop_body" in by_patch["0005"]
+    assert by_patch["0021"] == ["BaseScheduling.decompose"]
+    # a method only the C++ backend has stays listed
+    assert by_patch["0003"] == ["CppScheduling.outer_loop_fusion_depth"]
+
+
+def test_step_checks_run_over_a_stock_torch_of_the_series_release(tmp_path):
+    def site(name, version):
+        root = tmp_path / name / "lib/python3.11/site-packages"
+        (root / "torch").mkdir(parents=True)
+        (root / "torch/version.py").write_text(f"__version__ = '{version}+cpu'\n")
+        return root
+
+    release = pr.UPSTREAM_REF[1:]
+    other = "2.13.0" if release != "2.13.0" else "2.15.0"
+    patched = site(".venv", release)
+    older = site(".venv-stock-other", other)
+    stock = site(".venv-stock", release)
+    # a newer release's config.py does not import over an older torch, and a
+    # patched venv holds overlay modules the partial tree must not see
+    assert pr.step_check_roots([patched, older, stock]) == [stock, patched]

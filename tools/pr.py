@@ -312,6 +312,56 @@ def added_lines_by_file(patch: Patch) -> dict[str, list[str]]:
     return result
 
 
+_HUNK_CLASS = re.compile(r"^@@ [^@]* @@ class (\w+)")
+_CLASS = re.compile(r"^class (\w+)")
+_DEF = re.compile(r"^(    )?def ([a-zA-Z]\w*)\(")
+_MEMBER = re.compile(r"^    ([A-Z][A-Z0-9_]*) = auto\(\)")
+_GRAPH_ATTRIBUTE = re.compile(r"^        self\.([a-z]\w*) = ")
+
+
+def upstream_interfaces(patch: Patch) -> list[str]:
+    """The public names the patch adds to upstream files, as a reviewer looks
+    them up: `Class.method` (a method or property of a class), `module.func`
+    (a module-level function), `Class.MEMBER` (an enum member), and the
+    attributes it gives `V.graph` (graph.py's GraphLowering)."""
+    names: list[str] = []
+    module = cls = None
+    for line in patch.data.decode("utf-8").splitlines():
+        if line.startswith("+++ "):
+            path = line[4:].split("\t", 1)[0].strip()
+            module = path.split("/", 1)[1].removesuffix(".py").replace("/", ".")
+            cls = None
+            continue
+        if module is None or line.startswith(("---", "-")):
+            continue
+        if header := _HUNK_CLASS.match(line):
+            cls = header.group(1)
+            continue
+        if line.startswith("@@"):
+            cls = None
+            continue
+        text = line[1:]
+        if opened := _CLASS.match(text):
+            cls = opened.group(1)
+        if not line.startswith("+"):
+            continue
+        graph = module.endswith("_inductor.graph")
+        if (found := _DEF.match(text)) and (found.group(1) is None or cls):
+            owner = cls if found.group(1) else module.rsplit(".", 1)[-1]
+            names.append(f"{owner}.{found.group(2)}")
+        elif (member := _MEMBER.match(text)) and cls:
+            names.append(f"{cls}.{member.group(1)}")
+        elif graph and (attribute := _GRAPH_ATTRIBUTE.match(text)):
+            names.append(f"V.graph.{attribute.group(1)}")
+    # an override of a hook the same patch adds to BaseScheduling is implied
+    hooks = {n.split(".", 1)[1] for n in names if n.startswith("BaseScheduling.")}
+    names = [
+        n for n in names
+        if not (n.startswith("CppScheduling.") and n.split(".", 1)[1] in hooks)
+    ]  # fmt: skip
+    return list(dict.fromkeys(names))
+
+
 def modules_named_by(patch: Patch, dep3: Dep3, overlay: dict[str, bytes]) -> list[str]:
     """Overlay modules the patch's Origin header names or its added lines import."""
     named = {
@@ -947,6 +997,8 @@ def commit_message(commit: PlannedCommit, bench: dict | None) -> str:
     modules = module_notes(commit)
     if modules:
         notes.append("Modules: " + "; ".join(modules) + ".")
+    if interfaces := upstream_interfaces(commit.patch):
+        notes.append("Upstream interfaces added: " + ", ".join(interfaces) + ".")
     if commit.test_files:
         tests = []
         for dest, names in commit.test_files.items():
@@ -1018,6 +1070,8 @@ def pr_description(
         out += [f"{i}. **{commit_subject(commit.dep3.summary)}**", ""]
         out += ["   " + line if line else "" for line in first_paragraph.splitlines()]
         extra = module_notes(commit)
+        if interfaces := upstream_interfaces(commit.patch):
+            extra.append("adds to upstream " + ", ".join(f"`{n}`" for n in interfaces))
         added = sum(len(n) for n in commit.test_files.values())
         if added:
             extra.append(f"{added} test(s)")
@@ -1675,10 +1729,23 @@ def build_parser() -> argparse.ArgumentParser:
 def make_runner(args: argparse.Namespace) -> StepRunner | None:
     if args.no_step_checks:
         return None
-    roots = args.base_from or default_base_roots()
+    roots = step_check_roots(args.base_from or default_base_roots())
     if not roots:
         raise ExportError(f"no stock torch {UPSTREAM_REF[1:]} for the step checks")
     return StepRunner(roots[0])
+
+
+def step_check_roots(roots: Sequence[Path]) -> list[Path]:
+    """The site-packages whose torch is the series' release, a stock venv's
+    first: the step checks run the partial tree over that torch, whose other
+    files must be the same release's (a newer config.py does not import over
+    an older torch) and pristine (no overlay module of a patched venv)."""
+    from fusion_overlay.patchset import release_of
+    from fusion_overlay.target import read_torch_version
+
+    release = UPSTREAM_REF[1:]
+    same = [r for r in roots if release_of(read_torch_version(r)[0]) == release]
+    return sorted(same, key=lambda r: "stock" not in str(r))
 
 
 def _export_from(

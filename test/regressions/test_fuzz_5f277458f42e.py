@@ -3,7 +3,7 @@
 NameError: name 'buf0' is not defined
 
 Found by tools.fuzz (profile dev, worker seed 11, the 10,000-program campaign's shard 3);
-fixed by run_fallbacks dropping the arguments of buffers a fallback keeps local.
+fixed by FailedMerge.run dropping the arguments of buffers a fallback keeps local.
 Run: .venv/bin/python -m pytest test/regressions/test_fuzz_5f277458f42e.py
 """
 

@@ -221,10 +221,6 @@ UNREACHED_REASONS: dict[str, str] = {
     '*: if device is None or device.type != "cpu" or node2.get_device() != '
     "device: -> return *": _OTHER_DEVICE,
     "*::refresh_group_after_reorder: if not node.is_cpu(): -> return": _OTHER_DEVICE,
-    "*::_outer_depth: if not hasattr(backend, *": (
-        "a backend without outer-loop fusion: CPU graphs always get "
-        "CppScheduling (an inductor backend registered for CPU would)"
-    ),
 }
 
 

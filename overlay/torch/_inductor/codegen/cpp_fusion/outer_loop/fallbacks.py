@@ -19,15 +19,19 @@ Regroup    all members but the last fused, then   regroup.py
            the last alone
 =========  =====================================  ============================
 
-``run_fallbacks`` is the one loop that runs them.  Before each attempt it
+``FailedMerge`` owns the failed-merge path: ``codegen_outer_loop_node``
+hands it the node, the kernels of stock's attempt, its merge, the kernel
+counters from before the node and the list of fallbacks, and calls ``run``
+once.  ``run`` is the one loop that runs them.  Before each attempt it
 restores the kernel counters to their values before the node (the failed
 attempt's kernels are not emitted) and turns in-place buffers off: the
 failed attempt already made its in-place decisions in the kernel group's
-shared args, as before stock's own fallback.  An attempt that does not merge
-rolls back its own local buffers (``try_outer_loop_fusion_with_local_buf``)
-and emits nothing.  The fallbacks call their features' functions through
-the feature module, where a test or the fuzzer's reach probe may replace
-them.
+shared args, as before stock's own fallback.  When none generates the node,
+it restores the counters once more, so that stock's separate nests count
+only the kernels they emit.  An attempt that does not merge rolls back its
+own local buffers (``try_outer_loop_fusion_with_local_buf``) and emits
+nothing.  The fallbacks call their features' functions through the feature
+module, where a test or the fuzzer's reach probe may replace them.
 """
 
 from __future__ import annotations
@@ -60,13 +64,38 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass
 class FailedMerge:
-    """An outer-loop fused node whose kernels failed stock's merge."""
+    """An outer-loop fused node whose kernels failed stock's merge, and what
+    to try before stock's separate nests."""
 
     scheduling: CppScheduling
     node: OuterLoopFusedSchedulerNode
     stock_proxies: list[CppKernelProxy]  # the kernels of stock's attempt
     # codegen_outer_loop_node's merge attempt: (node, retile or None) -> merged
     merge: Callable[[OuterLoopFusedSchedulerNode, OuterLoopRetile | None], bool]
+    # metrics.generated_cpp_vec_kernel_count and generated_kernel_count
+    # before the node
+    counters: tuple[int, int]
+    fallbacks: tuple[OuterLoopFallback, ...]  # CppScheduling.outer_loop_fallbacks()
+
+    def run(self) -> bool:
+        """Run the enabled fallbacks in order until one generates the node;
+        False (nothing generated) when none does."""
+        enabled = [fallback for fallback in self.fallbacks if fallback.enabled()]
+        for fallback in enabled:
+            for attempt in fallback.attempts(self):
+                self.restore_counters()
+                with torch._inductor.config.patch(inplace_buffers=False):
+                    if attempt():
+                        drop_args_of_removed_buffers(self.scheduling.kernel_group.args)
+                        return True
+        if enabled:
+            self.restore_counters()  # before stock's separate nests
+        return False
+
+    def restore_counters(self) -> None:
+        vec_kernels, kernels = self.counters
+        metrics.generated_cpp_vec_kernel_count = vec_kernels
+        metrics.generated_kernel_count = kernels
 
 
 class OuterLoopFallback:
@@ -133,27 +162,6 @@ class Prepend(OneAttemptFallback):
         return block_prepend.codegen_without_prepended_member(
             scheduling, node
         )
-
-
-def run_fallbacks(failed: FailedMerge, counters: tuple[int, int]) -> bool:
-    """Run the scheduling's fallbacks in order until one generates the node.
-
-    ``counters``: ``metrics.generated_cpp_vec_kernel_count`` and
-    ``metrics.generated_kernel_count`` before the node, restored before every
-    attempt.  Returns False (nothing generated) when none does.
-    """
-    vec_kernels, kernels = counters
-    for fallback in failed.scheduling.outer_loop_fallbacks():
-        if not fallback.enabled():
-            continue
-        for attempt in fallback.attempts(failed):
-            metrics.generated_cpp_vec_kernel_count = vec_kernels
-            metrics.generated_kernel_count = kernels
-            with torch._inductor.config.patch(inplace_buffers=False):
-                if attempt():
-                    drop_args_of_removed_buffers(failed.scheduling.kernel_group.args)
-                    return True
-    return False
 
 
 def drop_args_of_removed_buffers(args) -> None:

@@ -50,6 +50,7 @@ import sympy
 import torch
 from torch._inductor import config
 from torch._inductor.dependencies import MemoryDep
+from torch._inductor.scheduler import SchedulerNode
 from torch._inductor.virtualized import V
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
@@ -59,6 +60,56 @@ from ..nodes import is_outer_loop_fused
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
 
 
+def remembers_refusals(score):
+    """A pair score that is asked again only once one of its nodes changed.
+
+    The fusion search asks the same pairs over and over, within a round and
+    across rounds; most are refused, each time the same way.  A refusal (0)
+    leaves both nodes as they were, and the answer is a function of the two
+    nodes (their members, an outer-loop fused node's depth) and of their
+    members' loop bodies: every loop transformation installs a new body and
+    a rollback the old one.  So the refusal is kept, keyed by the nodes and
+    the bodies they hold, in the backend's ``loop_body_answers``.  Accepted
+    pairs are scored afresh: their score may come with loops rewritten
+    (scheduling/block_tiles.py, scheduling/block_prepend.py).
+    """
+
+    @functools.wraps(score)
+    def remembered(scheduler, node1, node2) -> int:
+        key = _pair_state(score, node1, node2)
+        if key is None:
+            return score(scheduler, node1, node2)
+        answers = scheduler.get_backend(node1.get_device()).loop_body_answers
+        if key in answers:
+            return 0
+        result = score(scheduler, node1, node2)
+        if not result:
+            answers[key] = 0
+        return result
+
+    return remembered
+
+
+def _pair_state(score, node1, node2) -> tuple | None:
+    """The key of the pair's current state; None where a member has no loop
+    body (a template or an extern kernel) or the device is not the CPU."""
+    device = node1.get_device()
+    if device is None or device.type != "cpu":
+        return None
+    leaves = [*node1.get_nodes(), *node2.get_nodes()]
+    if not all(isinstance(sn, SchedulerNode) for sn in leaves):
+        return None
+    return (
+        score.__name__,
+        node1,
+        node2,
+        getattr(node1, "outer_loop_fusion_depth", None),
+        getattr(node2, "outer_loop_fusion_depth", None),
+        tuple(sn.loop_body for sn in leaves),
+    )
+
+
+@remembers_refusals
 def outer_block_fusion_score(scheduler, node1, node2) -> int:
     """Bytes shared by a legal outer-block fusion of node2 into node1, else 0."""
     return block_fusion_score_at(

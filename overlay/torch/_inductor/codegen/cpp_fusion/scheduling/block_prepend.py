@@ -53,7 +53,11 @@ from torch._inductor.scheduler import _LoopStateSnapshot, fusion_log
 from ..nodes import is_outer_loop_fused, under_rollback_scope
 from ..outer_loop.regroup import codegen_alone
 from . import loop_ordering
-from .block_fusion import block_fusion_score_at, members_join_by_block
+from .block_fusion import (
+    block_fusion_score_at,
+    members_join_by_block,
+    remembers_refusals,
+)
 from .block_tiles import (
     apply_loop_bodies,
     leaves_of_one_space,
@@ -61,6 +65,7 @@ from .block_tiles import (
 )
 
 
+@remembers_refusals
 def prepend_fusion_score(scheduler, node1, node2) -> int:
     """Bytes shared when node1 joins node2, an element-wise outer-loop
     fusion, in front and block by block; else 0."""

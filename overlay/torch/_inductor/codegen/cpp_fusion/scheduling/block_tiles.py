@@ -77,11 +77,13 @@ from .block_fusion import (
     index_bounds,
     outer_block_fusion_score,
     reads_by_block,
+    remembers_refusals,
 )
 from .loop_ordering import fused_node_group, merge_loops_below
 
 fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
 
+@remembers_refusals
 def tiled_block_fusion_score(scheduler, node1, node2) -> int:
     """Bytes shared by an outer-block fusion of the pair over tiles of the
     innermost loop, with the tiling applied; 0 (and nothing changed) if none."""
