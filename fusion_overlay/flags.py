@@ -3,7 +3,8 @@
 Each flag is an attribute of ``torch._inductor.config.cpp`` that its patch
 adds, read from an environment variable at import.  All of them off gives
 stock's code of the same torch release (test/test_flags_off_matches_stock.py).  A
-flag that ``requires`` others does nothing without them: ``unmet_requirements``
+flag that ``requires`` others does nothing without them (the overlay's
+``cpp_fusion/flag_requirements.py`` says which, and enforces it): ``unmet_requirements``
 names such a setting, ``python -m fusion_overlay.overlay status`` reports it for the
 environment's variables, and the README's flag table is this registry
 (``python -m fusion_overlay.flags --readme`` rewrites it; a test compares).
@@ -11,11 +12,16 @@ environment's variables, and the README's flag table is this registry
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+
+REQUIREMENTS_MODULE = "torch/_inductor/codegen/cpp_fusion/flag_requirements.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +29,6 @@ class Flag:
     name: str  # attribute of torch._inductor.config.cpp
     patch: str  # the patch(es) whose feature it switches, "0002" or "0005 0015"
     effect: str  # one line: what turning it on changes
-    requires: tuple[str, ...] = ()  # flags without which it changes nothing
     default: bool = True
     env: str = ""  # default: TORCHINDUCTOR_CPP_<NAME>
     # where its behaviour is tested: "test/<file>.py" or "test/<file>.py::<test>"
@@ -35,6 +40,30 @@ class Flag:
     def __post_init__(self) -> None:
         if not self.env:
             object.__setattr__(self, "env", f"TORCHINDUCTOR_CPP_{self.name.upper()}")
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """The flags without which it changes nothing (the overlay's table)."""
+        return overlay_requirements().get(self.name, ())
+
+
+@functools.cache
+def overlay_requirements() -> dict[str, tuple[str, ...]]:
+    """``REQUIRES`` of the overlay's ``cpp_fusion/flag_requirements.py``, the
+    one place a requirement is written and enforced; read as the literal it
+    is, since that module imports torch."""
+    from fusion_overlay.patchset import DEFAULT_OVERLAY_DIR
+
+    path = DEFAULT_OVERLAY_DIR / REQUIREMENTS_MODULE
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "REQUIRES" for t in node.targets
+        ):
+            table = node.value  # MappingProxyType({...}): the literal inside
+            if isinstance(table, ast.Call) and table.args:
+                table = table.args[0]
+            return ast.literal_eval(table)
+    raise RuntimeError(f"{path}: no REQUIRES table")
 
 
 ALL_FLAGS = (
@@ -107,7 +136,6 @@ ALL_FLAGS = (
         "block_local_buffers",
         "0011",
         "per-iteration local buffers for the intermediates of 0009's fusions",
-        requires=("outer_block_fusion",),
         tests=("test/test_block_local_buffers.py",),
     ),
     Flag(
@@ -142,7 +170,6 @@ ALL_FLAGS = (
         "unroll the innermost loop of a reduction whose accumulators rotate "
         "(0008) by the accumulator count, and build GCC's code with `-fweb`, so "
         "the rotation costs no moves",
-        requires=("multi_accumulator_reductions",),
         tests=("test/test_unroll_rotated_reductions.py",),
     ),
     Flag(
@@ -162,7 +189,6 @@ ALL_FLAGS = (
         "statistics' outer-loop fusion over pixel tiles where the pair exceeds "
         "the last-level cache, and fuse softmax's two pointwise kernels over "
         "the loops where their reads stay in a block",
-        requires=("outer_block_fusion", "outer_loop_regroup"),
         tests=("test/test_outer_block_tiles.py",),
     ),
     Flag(
@@ -174,7 +200,6 @@ ALL_FLAGS = (
         "needed, or reindexed onto a reduction consumer's loops; if the members "
         "then fail to merge, the producer is generated alone and the rest stays "
         "fused",
-        requires=("outer_block_fusion",),
         tests=("test/test_outer_block_prepend.py",),
     ),
     Flag(
@@ -182,7 +207,6 @@ ALL_FLAGS = (
         "0021",
         "softmax over the last dim multiplies each row by the reciprocal of its "
         "sum, as ATen's CPU kernel does, instead of dividing every element",
-        requires=("hoist_invariant_loads",),
         tests=("test/test_softmax_reciprocal.py",),
     ),
     Flag(

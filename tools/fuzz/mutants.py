@@ -91,6 +91,7 @@ PREPEND = _F + "scheduling/block_prepend.py"
 SOFTMAX = _F + "lowering/softmax_reciprocal.py"
 GROUP_NORM = _F + "lowering/group_norm_channel_sums.py"
 OUTER_BLOCKS = _F + "lowering/outer_reduction_blocks.py"
+REQUIREMENTS = _F + "flag_requirements.py"
 _SPLITTABLE = 'SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any"})'
 
 # Features whose decisions only choose among equally correct kernels, so no
@@ -817,15 +818,14 @@ ALL_MUTANTS = (
         # which the overlap check alone refuses
         also=(("        if stride < reach:\n            return False\n", ""),),
     ),
-    # the statistics join wants 0012's regroup when its merge fails; the
-    # seed program without outer_loop_regroup takes this guard
+    # 0019 requires 0012's regroup, which a statistics join whose merge
+    # fails wants; the seed program without outer_loop_regroup meets it
     Mutant(
         "0019",
         "join-without-regroup",
-        TILES,
-        "    if not (config.cpp.outer_block_fusion and "
-        "config.cpp.outer_loop_regroup):\n",
-        "    if not config.cpp.outer_block_fusion:\n",
+        REQUIREMENTS,
+        '"outer_block_tiles": ("outer_block_fusion", "outer_loop_regroup"),',
+        '"outer_block_tiles": ("outer_block_fusion",),',
         "check",
         cost_only="a join whose merge fails without the regroup falls back to "
         "stock's kernels, one per member: the values stay right (the seed "

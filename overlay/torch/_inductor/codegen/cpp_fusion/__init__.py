@@ -16,12 +16,15 @@ lowering/     lowerings and decompositions the fusions depend on:
               outer_reduction_blocks
 costs         the cost model's constants and rules (imports nothing here)
 nodes         questions about scheduler nodes that several features ask
+flag_requirements
+              which flag needs which: ``enabled(flag)`` is how a module asks
+              whether its feature is on
 
 Upstream files import these modules at their top and call
 ``module.function``, so that a test or the fuzzer can wrap a function.  Two
 modules are imported where they are called: outer_loop.retile subclasses a class of
 codegen/cpp.py and outer_loop.fallbacks uses it, so a top-level import in
-codegen/cpp.py would be a cycle.  decomposition.py's two wrappers import
-their lowering where they call it, so that ``softmax`` and
-``native_group_norm`` do not read as module-level names of that file.
+codegen/cpp.py would be a cycle.  The backend-neutral files (scheduler.py,
+ir.py, lowering.py, decomposition.py, graph.py) import nothing here: they
+ask ``BaseScheduling`` methods that ``CppScheduling`` overrides.
 """

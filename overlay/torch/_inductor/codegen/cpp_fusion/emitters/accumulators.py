@@ -65,6 +65,7 @@ import sympy
 import torch
 from torch._inductor import config
 
+from .. import flag_requirements
 from ..costs import (
     ACCUMULATORS,
     MIN_ITERATIONS_PER_ACCUMULATOR,
@@ -159,6 +160,8 @@ def unroll_rotated_loop(
 
     Inside an OpenMP parallel region the loop goes into a lambda called in
     place (see ``_in_a_function_of_its_own``)."""
+    if not flag_requirements.enabled("unroll_rotated_reductions"):
+        return loop_lines
     loop = loop_nest.loops[depth]
     if depth != len(loop_nest.loops) - 1 or not loop.simd_vec:
         return loop_lines

@@ -39,7 +39,6 @@ from collections.abc import Callable
 
 import torch
 from torch._decomp import decompositions as core
-from torch._inductor import config
 from torch._prims_common import (
     ELEMENTWISE_TYPE_PROMOTION_KIND,
     canonicalize_dim,
@@ -47,21 +46,21 @@ from torch._prims_common import (
 )
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from .. import flag_requirements
+
 
 def multiplies_by_reciprocal(x: torch.Tensor, dim: int) -> bool:
     """Whether this softmax, which the C++ backend decomposes, multiplies:
     the flag is on and its rows are contiguous once the decomposition makes
     x so.
 
-    Only with ``cpp.hoist_invariant_loads``: without it the output loop
-    reloads the sum in every iteration (its stores may alias it), and the
-    compiler computes the reciprocal there too, a scalar division and a
-    multiply per vector where stock has one vector division.
+    Only with ``cpp.hoist_invariant_loads`` (flag_requirements.py): without
+    it the output loop reloads the sum in every iteration (its stores may
+    alias it), and the compiler computes the reciprocal there too, a scalar
+    division and a multiply per vector where stock has one vector division.
     """
-    return bool(
-        config.cpp.softmax_reciprocal
-        and config.cpp.hoist_invariant_loads
-        and _over_contiguous_rows(x, dim)
+    return flag_requirements.enabled("softmax_reciprocal") and _over_contiguous_rows(
+        x, dim
     )
 
 

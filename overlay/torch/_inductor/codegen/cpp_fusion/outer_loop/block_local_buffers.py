@@ -33,6 +33,7 @@ import math
 from torch._inductor import ir
 from torch._inductor.virtualized import V
 
+from .. import flag_requirements
 from ..scheduling.block_fusion import (
     body_accesses,
     dense_block_size,
@@ -45,6 +46,8 @@ from ..scheduling.block_fusion import (
 
 def block_local_buffers(node, first_index: int) -> list[tuple[ir.Buffer, ir.Buffer]]:
     """(local buffer, global buffer) pairs for the intermediates of ``node``."""
+    if not flag_requirements.enabled("block_local_buffers"):
+        return []
     if not is_outer_block_fusion(node):
         return []
     depth = node.outer_loop_fusion_depth

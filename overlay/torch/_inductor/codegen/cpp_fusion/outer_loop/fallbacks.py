@@ -45,6 +45,7 @@ from torch._inductor import config, metrics
 from torch._inductor.codegen.common import REMOVED, RemovedArg
 from torch._inductor.virtualized import V
 
+from .. import flag_requirements
 from ..scheduling import block_prepend
 from . import regroup, shallower
 from .retile import OuterLoopRetile
@@ -157,6 +158,10 @@ class Shallower(OuterLoopFallback):
 class Prepend(OneAttemptFallback):
     name = "prepend"
     flag = "outer_block_prepend"
+
+    def enabled(self) -> bool:
+        # the first fallback whose flag requires others
+        return flag_requirements.enabled(self.flag)
 
     def codegen(self, scheduling, node) -> bool:
         return block_prepend.codegen_without_prepended_member(

@@ -46,10 +46,11 @@ import itertools
 import math
 
 import sympy
-from torch._inductor import config, dependencies
+from torch._inductor import dependencies
 from torch._inductor.loop_body import LoopBody
 from torch._inductor.scheduler import _LoopStateSnapshot, fusion_log
 
+from .. import flag_requirements
 from ..nodes import is_outer_loop_fused, under_rollback_scope
 from ..outer_loop.regroup import codegen_alone
 from . import loop_ordering
@@ -187,7 +188,7 @@ def _as_loop_body(fn, sizes, reduce_sizes, prefix: str) -> LoopBody:
 
 
 def _joins_in_front(scheduler, node1, node2) -> bool:
-    if not (config.cpp.outer_block_prepend and config.cpp.outer_block_fusion):
+    if not flag_requirements.enabled("outer_block_prepend"):
         return False
     if is_outer_loop_fused(node1):
         return False

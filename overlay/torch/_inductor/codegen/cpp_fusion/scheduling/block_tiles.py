@@ -50,7 +50,7 @@ import math
 
 import sympy
 import torch
-from torch._inductor import config, dependencies
+from torch._inductor import dependencies
 from torch._inductor.loop_body import LoopBody
 from torch._inductor.scheduler import (
     FusedSchedulerNode,
@@ -60,7 +60,7 @@ from torch._inductor.scheduler import (
 )
 from torch._inductor.virtualized import V
 
-from .. import costs
+from .. import costs, flag_requirements
 from ..costs import (
     BLOCK_BYTES_IN_CACHE,
     TILE_BYTES_IN_CACHE,
@@ -87,6 +87,8 @@ fusion_log = torch._logging.getArtifactLogger(__name__, "fusion")
 def tiled_block_fusion_score(scheduler, node1, node2) -> int:
     """Bytes shared by an outer-block fusion of the pair over tiles of the
     innermost loop, with the tiling applied; 0 (and nothing changed) if none."""
+    if not flag_requirements.enabled("outer_block_tiles"):
+        return 0
     score = _tiled_statistics_score(scheduler, node1, node2)
     if score:
         return score
@@ -250,11 +252,8 @@ def _tiled_statistics_score(scheduler, node1, node2) -> int:
 
 
 def _outer_fused_producer_and_consumer(node1, node2) -> bool:
-    """Whether node1 is an outer-loop fused node that node2 consumes, with
-    the block fusion and the regroup fallback the statistics join needs."""
+    """Whether node1 is an outer-loop fused node that node2 consumes."""
     if not is_outer_loop_fused(node1):
-        return False
-    if not (config.cpp.outer_block_fusion and config.cpp.outer_loop_regroup):
         return False
     return bool(node1.get_operation_names() & node2.ancestors)
 
@@ -285,8 +284,6 @@ def _reads_by_block_alone(scheduler, node1, node2) -> bool:
     (C, P) (no shared loop), or its two pointwise kernels over (C, P) (the
     quotient at (c, p) reads every channel at p).  Tiling the pixel loop
     gives it a shared outer loop, (P/T)."""
-    if not config.cpp.outer_block_fusion:
-        return False
     if not (node1.get_operation_names() & node2.ancestors):
         return False
     return reads_by_block(node1.get_nodes(), node2)
@@ -455,7 +452,7 @@ def same_loops_block_depth(scheduler, node1, node2) -> int:
     or not such a pair); the backend then fuses the pair over that many
     outer loops, never element by element.
     """
-    if not config.cpp.outer_block_tiles:
+    if not flag_requirements.enabled("outer_block_tiles"):
         return 0
     if type(node1) not in (SchedulerNode, FusedSchedulerNode):
         return 0
@@ -485,8 +482,11 @@ def same_digit_block(write, read) -> bool:
     read must share the outer digits and compose its inner part of the
     write's inner digits, each within its loop's range.  Such a read names
     an element the producer writes in the same outer iteration.  One of
-    ``CppScheduling.outer_block_checks()`` under ``config.cpp.outer_block_tiles``.
+    ``CppScheduling.outer_block_checks()`` under ``config.cpp.outer_block_tiles``,
+    and only while the flags it requires are on too.
     """
+    if not flag_requirements.enabled("outer_block_tiles"):
+        return False
     if not (write.linear_in_outer and read.linear_in_outer):
         return False
     if write.outer_sizes != read.outer_sizes or write.outer_coeffs != read.outer_coeffs:
