@@ -125,3 +125,27 @@ def test_the_features_table_names_tests_that_exist():
             assert (hooks.REPO_ROOT / test).is_file(), test
         else:
             assert test in functions, test
+
+
+def test_the_private_upstream_names_are_listed_with_the_modules_that_read_them():
+    row = _row("_LoopStateSnapshot")
+    assert "`scheduling.block_tiles`" in row and "rollback" in row
+    # the accessors the series adds replaced these
+    page = hooks.render(INDUCTOR)
+    assert "| `_body` |" not in page
+    assert "| `_get_outer_loop_fusion_depth` |" not in page
+
+
+def test_a_private_upstream_name_without_a_reason_fails_the_page():
+    overlay = {
+        "torch/_inductor/codegen/cpp_fusion/new.py": (
+            b"from torch._inductor.scheduler import _Unlisted\n"
+            b"def f(node):\n    return node._body, torch._logging\n"
+        )
+    }
+    assert hooks.private_upstream_names(overlay) == {
+        "_Unlisted": ["new"],
+        "_body": ["new"],
+    }
+    with pytest.raises(ValueError, match="_Unlisted"):
+        hooks.private_rows(overlay)

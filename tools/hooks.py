@@ -280,12 +280,103 @@ def module_rows(sites: dict[str, set[str]], patches: dict[str, list[str]]) -> li
     return rows
 
 
+PRIVATE = """
+## Upstream's private names the overlay reads
+
+Each row: a name of upstream's that starts with `_` and that an overlay
+module reads, where, and why no public interface serves.  The series adds
+public accessors where upstream would take one: `SchedulerNode.loop_body`
+(0005, for `._body`) and `CppScheduling.outer_loop_fusion_depth` (0003, for
+`_get_outer_loop_fusion_depth`).  A new private name fails `make test` until
+it has a reason here (`PRIVATE_UPSTREAM_NAMES` in `tools/hooks.py`).
+
+| name | read in | why |
+| --- | --- | --- |
+"""
+
+# Upstream's private names that overlay modules read, each with its reason.
+PRIVATE_UPSTREAM_NAMES = {
+    "_LoopStateSnapshot": (
+        "scheduler.py's record of the loop state of the nodes a fusion attempt "
+        "may change, which its rollback restores; upstream's own speculative "
+        "loop changes outside `can_fuse` take it the same way, and the "
+        "overlay's must restore exactly what upstream's would"
+    ),
+    "_loop_mutation_listener": (
+        "set on each leaf while `Scheduler.can_fuse`'s tracker records loop "
+        "changes: the one sign that a refused fusion will undo them, which "
+        "the overlay checks before it changes any loop"
+    ),
+    "_simplify_loops": (
+        "`SizeVarAllocator`'s loop merge, which `ir.py`, `loop_body.py`, "
+        "`dependencies.py` and `codegen/simd.py` call too: loop ordering after "
+        "fusion must merge a reordered body's loops exactly as stock does"
+    ),
+    "_softmax_unbacked_safe_amax": (
+        "the core softmax decomposition's row maximum: the overlay's softmax "
+        "must subtract the same maximum as the decomposition it replaces"
+    ),
+}
+
+
+def private_upstream_names(overlay: dict[str, bytes]) -> dict[str, list[str]]:
+    """Name -> overlay modules reading it: attributes and imported names
+    that start with one ``_``, are defined by no overlay module, and are not
+    a submodule of torch reached as upstream does (``torch._logging``)."""
+    trees = {rel: ast.parse(data) for rel, data in overlay.items()}
+    ours = _defined_names(trees.values())
+    found: dict[str, set[str]] = {}
+    for rel, tree in trees.items():
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.Attribute) and not (
+                isinstance(node.value, ast.Name) and node.value.id == "torch"
+            ):
+                names = [node.attr]
+            for name in names:
+                private = name.startswith("_") and not name.startswith("__")
+                if private and name not in ours:
+                    found.setdefault(name, set()).add(_short(rel))
+    return {name: sorted(found[name]) for name in sorted(found)}
+
+
+def _defined_names(trees) -> set[str]:
+    """Functions, classes and assigned names of the overlay's modules."""
+    names = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+    return names
+
+
+def private_rows(overlay: dict[str, bytes]) -> list[str]:
+    used = private_upstream_names(overlay)
+    unexplained = sorted(set(used) - set(PRIVATE_UPSTREAM_NAMES))
+    stale = sorted(set(PRIVATE_UPSTREAM_NAMES) - set(used))
+    if unexplained or stale:
+        raise ValueError(
+            f"private upstream names without a reason in PRIVATE_UPSTREAM_NAMES: "
+            f"{unexplained}; with a reason but no longer read: {stale}"
+        )
+    return [
+        f"| `{name}` | {', '.join(f'`{m}`' for m in modules)} | "
+        f"{PRIVATE_UPSTREAM_NAMES[name]} |"
+        for name, modules in used.items()
+    ]
+
+
 def render(inductor_dir: Path) -> str:
     sites = call_sites(inductor_dir)
     patches = patches_by_module()
     by_flag = "\n".join(flag_rows(sites, patches)) + "\n"
     by_module = "\n".join(module_rows(sites, patches)) + "\n"
-    return HEADER + by_flag + BY_MODULE + by_module
+    private = "\n".join(private_rows(load_overlay_files())) + "\n"
+    return HEADER + by_flag + BY_MODULE + by_module + PRIVATE + private
 
 
 def main(argv: list[str] | None = None) -> int:
