@@ -76,6 +76,45 @@ def test_each_branch_counts_the_programs_that_took_it(tmp_path):
     assert by_target == {'return "split"': 3, 'return "stock"': 1}
 
 
+WITH_EXIT = textwrap.dedent(
+    """\
+    import contextlib
+
+    def decide(x):
+        for attempt in range(2):
+            with contextlib.nullcontext():
+                if x > attempt:
+                    return "split"
+        return "stock"
+    """
+)
+
+
+def test_a_branch_out_of_a_with_block_counts_as_taken(tmp_path):
+    # Python 3.11 traces the jump out of a ``with`` at the ``with`` line; the
+    # report must fold it into the branch's own arc, as coverage's report does
+    path = tmp_path / "decision.py"
+    path.write_text(WITH_EXIT)
+    namespace: dict = {}
+    cov = coverage.Coverage(
+        data_file=str(tmp_path / ".coverage"), branch=True, include=[str(path)]
+    )
+    cov.start()
+    exec(compile(WITH_EXIT, str(path), "exec"), namespace)
+    branch_reach.switch_context([_Program("a")])
+    namespace["decide"](0)  # the test fails twice, leaving the with block
+    cov.stop()
+    cov.save()
+    reporter = PythonFileReporter(str(path), coverage=cov)  # fresh: not parsed
+    taken = branch_reach.taken_by_programs(cov.get_data(), path, reporter)
+    by_target = {
+        b.target: taken.get((b.line, b.to), 0)
+        for b in branch_reach.branches_of(path, "decision.py", None, cov)
+        if b.source == "if x > attempt:"
+    }
+    assert by_target == {'return "split"': 0, "for attempt in range(2):": 1}
+
+
 def _data(**programs: int) -> dict:
     return {
         "programs": 4,
