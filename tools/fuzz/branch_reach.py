@@ -210,6 +210,36 @@ _OTHER_DEVICE = (
     "(upstream's GPU tests of test_loop_ordering.py take it)"
 )
 _INVARIANT = "an invariant check: raises only on a bug in the overlay"
+_CPU_LOF_CHECKED = (
+    "loop ordering after fusion off on a CPU node: its one caller runs "
+    "only after _cpu_reindexing and the loop_ordering_after_fusion check, "
+    "which together are _cpu_lof"
+)
+_ONE_PROXY = (
+    "stock's failed attempt with fewer kernels than members: it builds one "
+    "per member before it can fail, and FailedMerge passes them all"
+)
+_INTEGER_INDEX = (
+    "a coefficient that is not an integer: Inductor's indices are integer "
+    "polynomials whose divisions are FloorDiv and ModularIndexing"
+)
+_LEAVES = (
+    "a scored pair with a leaf that is not a SchedulerNode: _can_fuse "
+    "turns extern, nop and grouped nodes away before the backend scores"
+)
+_BODIES_CHECKED = (
+    "a leaf without a loop body: its one caller runs after body_accesses "
+    "found a body on every leaf of the node"
+)
+_MEMBERS_CHECKED = (
+    "a member that is not a SchedulerNode: both callers return earlier "
+    "unless every member is one"
+)
+_TRACKED = (
+    "a score asked outside can_fuse's loop-mutation tracker: on the CPU "
+    "every path to it runs inside (the untracked nested-reduction append "
+    "is the GPU's)"
+)
 UNREACHED_REASONS: dict[str, str] = {
     f"{_CODEGEN}/costs.py::last_level_cache_bytes: *": (
         "the machine's sysfs cache sizes, not a program: sizes written "
@@ -231,6 +261,125 @@ UNREACHED_REASONS: dict[str, str] = {
     "*::get_device_scheduling: if scheduling_ctor is None: -> *": (
         "a device no backend is registered for (meta tensors): the fuzzer "
         "compiles CPU graphs (the decomposition tests of 0021 and 0022 take it)"
+    ),
+    "torch/_inductor/ir.py::ComputedBuffer.simplify_and_reorder: "
+    "if should_merge_loops: -> iter_ranges*": _OTHER_DEVICE,
+    "*scheduler.py::SchedulerNode._compute_attrs: if should_normalize: -> "
+    "if isinstance(self.node, ir.TemplateBuffer):": _OTHER_DEVICE,
+    "*scheduler.py::_cpu_reindexing: if not nodes or not all(*: -> return False": (
+        "a pair of nodes on two devices: can_fuse refuses it before either "
+        "caller asks, and every fuzzed node is on the CPU"
+    ),
+    "*scheduler.py::SchedulerNode.apply_new_loop_order: if _cpu_lof(self): -> "
+    "self.refresh_dependencies*": _CPU_LOF_CHECKED,
+    "*scheduler.py::FusedSchedulerNode.reorder_loops_by_dep_pair: "
+    "if _cpu_lof(self): -> return True": _CPU_LOF_CHECKED,
+    "torch/_inductor/ir.py::Reduction.create: if split == 1: -> "
+    "def _maybe_increase_split*": (
+        "a split reduction on the CPU: the C++ backend reduces to a single "
+        "element (num_splits returns 1), and the strict split needs "
+        "config.numerics, which no fuzzed program sets"
+    ),
+    "*retile.py::OuterLoopRetile.for_failed_attempt: "
+    "if len(proxies) != len(node.get_outer_nodes()): -> return None*": _ONE_PROXY,
+    "*shallower.py::shallower_attempts: if len(stock_proxies) != len(members): "
+    "-> return*": _ONE_PROXY,
+    "*invariant_loads.py::memory_of_buffer: if V.graph.scheduler: -> inplaced*": (
+        "a C++ kernel generated outside the scheduler: only the GEMM "
+        "templates' autotuning does, under max_autotune, which no fuzzed "
+        "program sets"
+    ),
+    "*reindexed_affine.py::_affine_terms: if not coefficient.is_Integer: "
+    "-> return None": _INTEGER_INDEX,
+    "*prefetch.py::static_stride: if not coefficient.is_Integer: -> return 0": (
+        _INTEGER_INDEX
+    ),
+    "*prefetch.py::_plan: if not isinstance(outer.steps, (int, sympy.Integer)):*": (
+        "a symbolic loop step: LoopLevel.steps is 1 or the ISA's tiling "
+        "factor, an int under dynamic shapes too"
+    ),
+    "*prefetch.py::_plan: if len(passes) < 2 or not outer_nest.loops: "
+    "-> return False": (
+        "an outer-loop fused kernel of one pass or of no outer loop: every "
+        "such node fuses two or more members over one loop or more"
+    ),
+    "*prefetch.py::_first_slot: for k in proxy.kernels: -> return None": (
+        "a last pass whose every kernel has an empty range: only a loop of "
+        "size 0, for which Inductor generates no kernel"
+    ),
+    "*prefetch.py::_first_pass_nodes: if not scheduled: -> return []": (
+        "codegen_loops without scheduled nodes: finalize_kernel adds the "
+        "node's leaves before it generates the loops"
+    ),
+    "*prefetch.py::_first_pass_nodes: if not isinstance(fused, "
+    "OuterLoopFusedSchedulerNode): -> return []": (
+        "an outer-loop fused kernel whose last leaf the scheduler maps to "
+        "another node: name_to_fused_node maps it to its outer-loop node"
+    ),
+    "*accumulators.py::_ops_so_far: if node is None: -> return set()": (
+        "a reduction generated outside SchedulerNode.codegen, which sets the "
+        "kernel's current node: no C++ reduction is (flex attention's "
+        "modification stores only)"
+    ),
+    "*accumulators.py::_ops_so_far: for snode in group.get_nodes(): -> return ops": (
+        "a node missing from the group name_to_fused_node maps it to: the "
+        "scheduler keeps that map for every leaf it fuses"
+    ),
+    "*block_local_buffers.py::_private_intermediate: if not isinstance(buffer, "
+    "ir.ComputedBuffer): -> return None": (
+        "a template in an outer-loop fusion: can_fuse_vertical_outer_loop "
+        "refuses templates (stock asserts the same on this path)"
+    ),
+    "*block_fusion.py::remembers_refusals.remembered: if key is None: "
+    "-> return score*": _LEAVES,
+    "*block_fusion.py::_pair_state: if not all(isinstance(sn, SchedulerNode)*": _LEAVES,
+    "*block_tiles.py::leaves_of_one_space: if not all(isinstance(sn, "
+    "SchedulerNode)*": _LEAVES,
+    "*block_fusion.py::reads_by_block: if isinstance(write, MemoryDep): "
+    "-> for write*": (
+        "a producer's write that is not a MemoryDep: a scored producer is "
+        "a computed buffer's node, whose stores are MemoryDeps"
+    ),
+    "*block_fusion.py::_unmet_deps_allow_block_fusion: if name not in "
+    "scheduler.name_to_buf*": (
+        "an unmet dependency on no scheduler buffer: prune_deps drops those "
+        "on graph inputs and constants, and every other names a node's output"
+    ),
+    "*block_fusion.py::index_bounds: if not (bounds.lower.is_number*-> return None": (
+        "a value range whose bound is not a number: ValueRanges asserts it "
+        "(unknown symbols give infinities, which are numbers)"
+    ),
+    "*block_fusion.py::_fits_in_cache: if outer is None*": _BODIES_CHECKED,
+    "*block_fusion.py::_outer_iterations: if body is None*": _BODIES_CHECKED,
+    "*block_tiles.py::tiled_block_fusion_score: if not under_rollback_scope*": (
+        _TRACKED
+    ),
+    "*block_prepend.py::_reindexed_score: if not under_rollback_scope*": _TRACKED,
+    "*block_prepend.py::_split_and_score: if not under_rollback_scope*": _TRACKED,
+    "*loop_ordering.py::_merge_members_together: if not all(isinstance(sn, "
+    "SchedulerNode) for sn in snodes): -> return False": _MEMBERS_CHECKED,
+    "*loop_ordering.py::_normalize_deps: if isinstance(sn, SchedulerNode): "
+    "-> for sn in node.get_nodes():": _MEMBERS_CHECKED,
+    "*loop_ordering.py::try_reindex_pointwise_for_reduction: if not all( "
+    "-> return False": (
+        "a pointwise side with a member that is not a SchedulerNode, or one "
+        "with reduction ranges: can_fuse turns extern, nop and grouped nodes "
+        "away, and on the CPU scans, sorts and partial accumulations are "
+        "not such nodes"
+    ),
+    "*loop_ordering.py::reduction_first_compatible: if not "
+    "enabled_for_nodes(node1, node2): -> return False": (
+        "Inductor's own loop_ordering_after_fusion off: its callers run only "
+        "under it, and no fuzzed program turns it off"
+    ),
+    "*loop_ordering.py::_mergeable_members: if not isinstance(node, "
+    "(SchedulerNode, FusedSchedulerNode)): -> return None": (
+        "an outer-loop fused or foreach node asked to merge its loops: the "
+        "callers pass plain and fused nodes only"
+    ),
+    "*block_tiles.py::_tile_size: if not sizes1 or not sizes2*": (
+        "a tile for loops of no size: _tile_possible required static sizes "
+        "longer than the depth, and merging loops keeps one at least"
     ),
 }
 

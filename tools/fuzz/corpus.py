@@ -22,6 +22,264 @@ def _case(body: str, shapes, kinds, weights=(), dtype="float32", **variant) -> F
     return FuzzCase(source, inputs, kinds=tuple(kinds), **variant)
 
 
+def _layout_case(body: str, specs, kinds, **variant) -> FuzzCase:
+    """A seed program over inputs given as InputSpecs (layouts, dtypes)."""
+    names = ", ".join(input_names(specs))
+    source = f"{SOURCE_HEADER}\n\ndef program({names}):\n{body}"
+    return FuzzCase(source, tuple(specs), kinds=tuple(kinds), **variant)
+
+
+REACH_SEEDS = (
+    # 0002: a variance over rows of 131200 (above the row cache bound), whose
+    # re-tiled merge over 2 rows would starve a thread
+    _case(
+        "    v1 = torch.var(x0, dim=-1)\n    return (v1,)\n", [(2, 131200)], ["reduce"]
+    ),
+    # 0002: two small linears summed: the re-tile would turn a kernel scalar,
+    # refused before its kernels are generated
+    _case(
+        "    v1 = F.linear(x0, x1, x2) + F.linear(x0, x3, x4)\n    return (v1,)\n",
+        [(10,), (10, 10), (10,), (10, 10), (10,)],
+        ["binary"],
+    ),
+    # 0003: LayerNorm over the channels of an NCHW map, loop ordering off
+    _case(
+        "    v1 = F.layer_norm(x0.permute(0, 2, 3, 1), (64,), w1, w2, eps=1e-5)\n"
+        "    return (v1.permute(0, 3, 1, 2),)\n",
+        [(2, 64, 12, 12)],
+        ["norm"],
+        weights=[(64,), (64,)],
+        flags="without:loop_ordering_after_fusion",
+    ),
+    # 0012: a regrouped head keeps its buffer local (bfloat16 softmax over
+    # dim 1 of (4, 4, 1), every op its own node, dynamic shapes)
+    _case(
+        "    v1 = torch.softmax(x0, dim=1)\n    return (v1,)\n",
+        [(4, 4, 1)],
+        ["softmax"],
+        dtype="bfloat16",
+        config="seed",
+        dynamic=True,
+    ),
+    # 0013: a linear's output is streamed, its relu is not
+    _case(
+        "    v1 = F.relu(x0 @ x1 + x2)\n    return (v1,)\n",
+        [(256, 64), (64, 1024), (1024,)],
+        ["binary", "unary"],
+        cache_bytes=262144,
+    ),
+    # 0023: a lone column sum, and a sum over the middle dim of a small slab
+    _case("    v1 = x0.sum(0)\n    return (v1,)\n", [(64, 1024)], ["reduce"]),
+    _case("    v1 = x0.sum(1)\n    return (v1,)\n", [(16, 32, 256)], ["reduce"]),
+    # 0005: softmax over dim 0 of x scaled by a one-element tensor
+    _case(
+        "    v1 = torch.softmax(x0 * x1, dim=0)\n    return (v1,)\n",
+        [(64, 48), (1,)],
+        ["softmax"],
+    ),
+    # 0005: pointwise consumers of a row sum, reindexed onto its loops or
+    # refused from their deps: plain, flipped, broadcast through a reshape,
+    # read through a transposing reshape
+    _case(
+        "    v1 = x0.sum(-1)\n    return (x1 * v1,)\n",
+        [(6, 8), (8, 6)],
+        ["reduce", "binary"],
+    ),
+    _case(
+        "    v1 = x0.sum(-1)\n    return (x1 * v1.flip(0),)\n",
+        [(6, 8), (8, 6)],
+        ["reduce", "binary"],
+    ),
+    _case(
+        "    v1 = x0.sum(-1)\n    v2 = v1.view(6, 1).expand(6, 8).reshape(12, 4)\n"
+        "    return (x1 * v2,)\n",
+        [(6, 8), (12, 4)],
+        ["reduce", "binary"],
+    ),
+    _case(
+        "    v1 = x0.t().reshape(6, 8).sum(-1)\n    return (x1 * x0.t(), v1)\n",
+        [(4, 12), (12, 4)],
+        ["reduce", "binary"],
+    ),
+    # 0005: a fused transposed pair beside a row sum, small and above the
+    # reorder's cost bound
+    _case(
+        "    v1 = x0.sum(-1)\n    return (v1, x1 + x0.t(), x1 * x0.t())\n",
+        [(6, 8), (8, 6)],
+        ["reduce", "binary"],
+    ),
+    _case(
+        "    v1 = x0.sum(-1)\n    return (v1, x1 + x0.t(), x1 * x0.t())\n",
+        [(130, 512), (512, 130)],
+        ["reduce", "binary"],
+    ),
+    # 0005: deps that are not memory reads: an input overwritten after the
+    # reduction reads it (a weak dep), a reduction written back (a star dep)
+    _case(
+        "    v1 = (x0 + x1.t() * 0.0).sum(-1)\n    x1.copy_(x2 * v1)\n"
+        "    return (v1,)\n",
+        [(6, 8), (8, 6), (8, 6)],
+        ["reduce", "binary"],
+    ),
+    _case(
+        "    v1 = x2 * x1\n    v2 = (x0 * 0.0 + x1[:, None]).amax(-1)\n"
+        "    x1.copy_(v2)\n    return (v1, v2)\n",
+        [(6, 8), (6,), (8, 6)],
+        ["reduce", "binary"],
+    ),
+    # 0005 0015: transposed walks that the reorder's cost guard weighs,
+    # every op its own node: a buffer updated by index_put, a reshape
+    # permuted, a reshape transposed, a regrouped pair
+    _case(
+        "    v1 = torch.index_put(x0 * 3, (torch.tensor([3, 100, 7]),), x3)\n"
+        "    v2 = (v1 * 2 + 1).t()\n    return (v2 * x1 + x2 + v2.sin(),)\n",
+        [(256, 512), (512, 256), (512, 256), (3, 512)],
+        ["binary", "reshape", "unary"],
+        config="seed",
+    ),
+    _case(
+        "    v1 = (x0 * 2 + 1).reshape(2, 64, 1024).permute(2, 0, 1)\n"
+        "    return (v1 * x3 + v1.sin(), x0.t() * x1 + x2)\n",
+        [(256, 512), (512, 256), (512, 256), (1024, 2, 64)],
+        ["binary", "reshape", "unary"],
+        config="seed",
+    ),
+    _case(
+        "    v1 = (x0 * 2 + 1).reshape(128, 1024).t()\n"
+        "    return (v1 * x3 + v1.sin(), x0.t() * x1 + x2)\n",
+        [(256, 512), (512, 256), (512, 256), (1024, 128)],
+        ["binary", "reshape", "unary"],
+        config="seed",
+    ),
+    _case(
+        "    v1 = x0 * 2\n    v2 = v1.sin() + v1\n    v3 = v2.t()\n"
+        "    return (v1, v2, v3 * x1 + x2 + v3.cos())\n",
+        [(32, 48), (48, 32), (48, 32)],
+        ["binary", "unary", "reshape"],
+        config="seed",
+    ),
+    # 0005 0015: fused nodes whose loops merge to fuse: a product beside its
+    # row sum, and a chain that ends flattened
+    _case(
+        "    v1 = x0 * 2\n    return (v1, v1.sum(-1))\n",
+        [(4, 8, 16)],
+        ["binary", "reduce"],
+    ),
+    _case(
+        "    v1 = x0 * 2\n    v2 = v1 + x0 + x1\n"
+        "    return (v1, v2, v2.flatten() + 1)\n",
+        [(6, 8), (6, 8)],
+        ["binary", "reshape"],
+    ),
+    # 0005: a reindexing refused from the deps; 0020's reindexed producer
+    # with loop ordering after fusion off
+    _case(
+        "    return (x0.t() * x1 + x2, x0.reshape(4, 15).sum(1))\n",
+        [(10, 6), (6, 10), (6, 10)],
+        ["binary", "reshape", "reduce"],
+    ),
+    _case(
+        "    v1 = torch.erf(x0)\n"
+        "    return (F.group_norm(v1, 2, w1, w2, eps=1e-5), v1 * 3 + x0)\n",
+        [(2, 8, 16)],
+        ["unary", "norm", "binary"],
+        weights=[(8,), (8,)],
+        flags="without:loop_ordering_after_fusion",
+    ),
+    # 0008 0017: row sums without the rotating accumulators (the unroll's
+    # requirement off), at one thread, and over rows too long to rotate
+    _case(
+        "    return (x0.sum(-1),)\n",
+        [(8, 4096)],
+        ["reduce"],
+        flags="without:multi_accumulator_reductions",
+    ),
+    _case("    return (x0.sum(-1),)\n", [(8, 4096)], ["reduce"], threads=1),
+    _case("    return (x0.sum(-1),)\n", [(2, 270000)], ["reduce"]),
+    # 0014: softmax of a sine (bound by its math), over rows of 10 (no whole
+    # vector), and a realized per-channel value beside a transposed read
+    _case(
+        "    return (torch.softmax(torch.sin(x0), dim=-1),)\n",
+        [(64, 2056)],
+        ["unary", "softmax"],
+        cache_bytes=65536,
+    ),
+    _case(
+        "    return (torch.softmax(x0, -1),)\n",
+        [(4096, 10)],
+        ["softmax"],
+        cache_bytes=65536,
+    ),
+    _layout_case(
+        "    v1 = x0\n"
+        + "    v1 = v1 * 0.9 + 0.1\n" * 20
+        + "    v2 = x2 + x1 * v1[:, :, None]\n    return (v1, v2)\n",
+        [
+            InputSpec((8, 64)),
+            InputSpec((8, 64, 64), layout="transposed"),
+            InputSpec((8, 64, 64)),
+        ],
+        ["binary"],
+        cache_bytes=65536,
+    ),
+    # 0011 0014: softmax over the channels of one image, tiled
+    _case(
+        "    return (torch.softmax(x0, 1),)\n",
+        [(1, 3, 256, 256)],
+        ["softmax"],
+        threads=2,
+        cache_bytes=1048576,
+    ),
+    _case(
+        "    return (torch.softmax(x0, 1),)\n",
+        [(1, 3, 256, 256)],
+        ["softmax"],
+        threads=2,
+        cache_bytes=1048576,
+        config="seed",
+    ),
+    # 0019: log_softmax over channels whose pair stays cached; a row's
+    # centering over 64 threads (too few rows to tile)
+    _case(
+        "    return (torch.log_softmax(x0, dim=1),)\n", [(2, 48, 32, 32)], ["softmax"]
+    ),
+    _case(
+        "    return (x0 - x0.mean(-1, keepdim=True),)\n",
+        [(32, 64)],
+        ["reduce", "binary"],
+        threads=64,
+    ),
+    # 0020: GroupNorm(4) of erf, a producer reindexed in front
+    _case(
+        "    return (F.group_norm(torch.erf(x0), 4, w1, w2, eps=1e-5),)\n",
+        [(2, 32, 64)],
+        ["unary", "norm"],
+        weights=[(32,), (32,)],
+    ),
+    # 0009 0019: a permuted producer read back in its own order, with and
+    # without 0012 (0019's requirement)
+    *(
+        _case(
+            "    v1 = (x0 * x1 + x0).permute(1, 0, 2).contiguous()\n"
+            "    return (v1, v1.permute(1, 0, 2).sum(-1))\n",
+            [(8, 16, 33), (8, 16, 33)],
+            ["binary", "reshape", "reduce"],
+            flags=flags,
+        )
+        for flags in ("all", "without:outer_loop_regroup")
+    ),
+    # 0009: under dynamic shapes, statistics made static by a broadcast
+    # beside a consumer whose loops stay symbolic
+    _case(
+        "    v1 = x0 + torch.zeros(8, 16, 33)\n    v2 = v1.amax(1, keepdim=True)\n"
+        "    return ((v1 - v2).unsqueeze(-1) * x1,)\n",
+        [(8, 16, 33), (5,)],
+        ["reduce", "binary"],
+        dynamic=True,
+    ),
+)
+
+
 CORPUS = (
     # 0002 0004 0008 0010 0013 0014: LayerNorm over rows of 2056 (every other
     # row 32 bytes off a 64-byte line), 2 MiB under a 256 KiB "cache"
@@ -433,6 +691,9 @@ CORPUS = (
         ["norm"],
         weights=[(4,), (4,)],
     ),
+    # Branch reach: each program below takes decision branches that neither
+    # the seeds above nor the generator's programs take (branch_reach.py)
+    *REACH_SEEDS,
 )
 
 
