@@ -33,16 +33,19 @@ class _Program:
         return self._digest
 
 
-def _measure(tmp_path: Path, calls) -> tuple[coverage.Coverage, Path]:
-    """Run ``decide`` under coverage, one context per batch of programs."""
+def _measure(
+    tmp_path: Path, calls, source: str = DECISION
+) -> tuple[coverage.Coverage, Path]:
+    """Run ``decide`` of ``source`` under coverage, one context per batch of
+    programs."""
     path = tmp_path / "decision.py"
-    path.write_text(DECISION)
+    path.write_text(source)
     namespace: dict = {}
     cov = coverage.Coverage(
         data_file=str(tmp_path / ".coverage"), branch=True, include=[str(path)]
     )
     cov.start()
-    exec(compile(DECISION, str(path), "exec"), namespace)
+    exec(compile(source, str(path), "exec"), namespace)
     for digests, x in calls:
         branch_reach.switch_context([_Program(d) for d in digests])
         namespace["decide"](x)
@@ -93,18 +96,8 @@ WITH_EXIT = textwrap.dedent(
 def test_a_branch_out_of_a_with_block_counts_as_taken(tmp_path):
     # Python 3.11 traces the jump out of a ``with`` at the ``with`` line; the
     # report must fold it into the branch's own arc, as coverage's report does
-    path = tmp_path / "decision.py"
-    path.write_text(WITH_EXIT)
-    namespace: dict = {}
-    cov = coverage.Coverage(
-        data_file=str(tmp_path / ".coverage"), branch=True, include=[str(path)]
-    )
-    cov.start()
-    exec(compile(WITH_EXIT, str(path), "exec"), namespace)
-    branch_reach.switch_context([_Program("a")])
-    namespace["decide"](0)  # the test fails twice, leaving the with block
-    cov.stop()
-    cov.save()
+    # x = 0: the test fails twice, leaving the with block each time
+    cov, path = _measure(tmp_path, [(["a"], 0)], WITH_EXIT)
     reporter = PythonFileReporter(str(path), coverage=cov)  # fresh: not parsed
     taken = branch_reach.taken_by_programs(cov.get_data(), path, reporter)
     by_target = {
