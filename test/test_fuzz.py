@@ -739,6 +739,8 @@ FEATURE_SEEDS = [
     # the prefetch needs vector loads
     pytest.param("0014-index-of-another-loop", "x0[:, :, :32]", marks=requires_vectors),
     ("0015-reduction-first-any-pointwise", "x0.flatten() * 2"),
+    # a reach seed: the regrouped head's buffer, removed, named as an output
+    ("0012-removed-output-kept", "return (torch.softmax(x0, dim=1),)"),
     ("0005-prefix-at-least", "torch.softmax(x0.transpose(0, 1), dim=-1)"),
     ("0015-members-merged-apart", "v3 = v2.flatten() + 1"),
     ("0003-inexact-split", "v3 = v1.reshape(6, 4) * x1"),

@@ -54,7 +54,7 @@ REACH_SEEDS = (
     # 0012: a regrouped head keeps its buffer local (bfloat16 softmax over
     # dim 1 of (4, 4, 1), every op its own node, dynamic shapes)
     _case(
-        "    v1 = torch.softmax(x0, dim=1)\n    return (v1,)\n",
+        "    return (torch.softmax(x0, dim=1),)\n",
         [(4, 4, 1)],
         ["softmax"],
         dtype="bfloat16",

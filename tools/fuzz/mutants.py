@@ -92,6 +92,7 @@ SOFTMAX = _F + "lowering/softmax_reciprocal.py"
 GROUP_NORM = _F + "lowering/group_norm_channel_sums.py"
 OUTER_BLOCKS = _F + "lowering/outer_reduction_blocks.py"
 REQUIREMENTS = _F + "flag_requirements.py"
+FALLBACKS = _F + "outer_loop/fallbacks.py"
 _SPLITTABLE = 'SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any"})'
 
 # Features whose decisions only choose among equally correct kernels, so no
@@ -534,6 +535,17 @@ ALL_MUTANTS = (
         "in which a write dense at that depth keeps every read",
     ),
     # 0012 regroup
+    # a fallback that keeps a buffer local removes it from the graph; the
+    # kernel group must not name it as an output (the bfloat16 softmax of
+    # (4, 4, 1), every op its own node, dynamic shapes: a regrouped head)
+    Mutant(
+        "0012",
+        "removed-output-kept",
+        FALLBACKS,
+        "            args.output_buffers[name] = REMOVED\n",
+        "            pass\n",
+        "other",
+    ),
     Mutant(
         "0012",
         "two-member-nodes",
