@@ -41,7 +41,7 @@ import functools
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
-from torch._inductor import config, metrics
+from torch._inductor import metrics
 from torch._inductor.codegen.common import REMOVED, RemovedArg
 from torch._inductor.virtualized import V
 
@@ -107,7 +107,7 @@ class OuterLoopFallback:
     flag: ClassVar[str]
 
     def enabled(self) -> bool:
-        return bool(getattr(config.cpp, self.flag))
+        return flag_requirements.enabled(self.flag)
 
     def attempts(self, failed: FailedMerge) -> Iterator[Attempt]:
         raise NotImplementedError
@@ -158,10 +158,6 @@ class Shallower(OuterLoopFallback):
 class Prepend(OneAttemptFallback):
     name = "prepend"
     flag = "outer_block_prepend"
-
-    def enabled(self) -> bool:
-        # the first fallback whose flag requires others
-        return flag_requirements.enabled(self.flag)
 
     def codegen(self, scheduling, node) -> bool:
         return block_prepend.codegen_without_prepended_member(
