@@ -184,7 +184,7 @@ test-setup:
 # and the ci fuzz campaign.  The links are left on TORCH's venvs.
 VERSION_TESTS = test/test_overlay_tool.py test/test_flags_off_matches_stock.py \
   $(shell $(PYTHON) -m fusion_overlay.flags --test-files) test/test_hooks.py \
-  test/test_series_repo.py test/test_fuzz.py::test_fuzz_ci_profile
+  test/test_speculation.py test/test_series_repo.py test/test_fuzz.py::test_fuzz_ci_profile
 # make test-release: the same for TORCH alone (one CI matrix job per release).
 test-versions:
 	@set -e; for release in $(SUPPORTED_TORCH); do \

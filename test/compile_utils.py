@@ -8,6 +8,7 @@ the overlay's counters record.  ``compile_and_inspect`` answers all three.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -19,6 +20,12 @@ from torch._inductor.utils import run_and_get_cpp_code
 
 from fusion_overlay.flags import config_patch, shipped_config
 from tools.loopnest import analyze
+
+# The feature tests' programs are small on purpose, below the bound under
+# which the overlay skips its speculative analyses (cpp_fusion/speculation.py):
+# they speculate on every graph, in this process and the ones it starts,
+# unless the caller set the bound.  test_speculation.py tests the bound.
+os.environ.setdefault("TORCHINDUCTOR_CPP_SPECULATION_MIN_BYTES", "0")
 
 
 def vector_lanes(dtype: torch.dtype = torch.float32) -> int:

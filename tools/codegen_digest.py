@@ -23,13 +23,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tools.fuzz.check import SPECULATE_EVERYWHERE_ENV
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ISAS = ("avx512", "avx2", "none", "neon", "sve256")
 CACHE_BYTES = 65536  # every corpus program overflows it: streaming, prefetch
 
 
 def generate(isa: str, out: Path, fuzz_sample: int, fuzz_seed: int) -> None:
-    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    env = {
+        **os.environ,
+        **SPECULATE_EVERYWHERE_ENV,  # the corpus is small: every feature's path
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
+    }
     cmd = [
         sys.executable, "-m", "tools.isa_codegen", "--isa", isa,
         "--out", str(out), "--cache-bytes", str(CACHE_BYTES),

@@ -144,6 +144,27 @@ def case_config(case: FuzzCase, overlay: bool) -> dict:
     return extra
 
 
+# The overlay's bound under which a graph gets stock's answers from the
+# speculative analyses (cpp_fusion/speculation.py).  The fuzzer's programs
+# are small on purpose, so they speculate everywhere (bound 0), but for the
+# cases compiled with the shipped defaults, which keep the shipped bound.
+SPECULATION_ENV = "TORCHINDUCTOR_CPP_SPECULATION_MIN_BYTES"
+SPECULATE_EVERYWHERE_ENV = {SPECULATION_ENV: "0"}
+
+
+@contextlib.contextmanager
+def _speculation_bound(case: FuzzCase):
+    old = os.environ.pop(SPECULATION_ENV, None)
+    if case.flags != "shipped":
+        os.environ.update(SPECULATE_EVERYWHERE_ENV)
+    try:
+        yield
+    finally:
+        os.environ.pop(SPECULATION_ENV, None)
+        if old is not None:
+            os.environ[SPECULATION_ENV] = old
+
+
 @contextlib.contextmanager
 def _cache_size(case: FuzzCase):
     """The case's last-level cache size for 0013/0014 (read once per process)."""
@@ -180,6 +201,7 @@ def _compile(case: FuzzCase, fn, args, overlay: bool):
     try:
         with (
             _cache_size(case),
+            _speculation_bound(case),
             same_kernels.reuse() if overlay else same_kernels.record(),
         ):
             outputs, compiled = compile_utils.compile_and_run(

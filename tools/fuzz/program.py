@@ -177,7 +177,8 @@ class FuzzCase:
     config: str = "default"
     kinds: tuple[str, ...] = ()  # op kinds, for statistics only
     # How the flags-on run compiles: "all" (every overlay flag, loop ordering
-    # after fusion included), "shipped" (the flags' defaults) or
+    # after fusion included), "shipped" (the flags' defaults, and the shipped
+    # speculation bound: the others speculate on every graph) or
     # "without:<flag>" (every flag but that one: the code a flag's absence
     # takes in the features that test it).
     flags: str = "all"

@@ -19,6 +19,8 @@ nodes         questions about scheduler nodes that several features ask
 flag_requirements
               which flag needs which: ``enabled(flag)`` is how a module asks
               whether its feature is on
+speculation   whether a graph's tensors are large enough for the speculative
+              analyses (loop ordering after fusion, block fusion, prefetch)
 
 Upstream files import these modules at their top and call
 ``module.function``, so that a test or the fuzzer can wrap a function.  Two

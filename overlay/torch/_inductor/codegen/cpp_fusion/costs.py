@@ -120,6 +120,14 @@ def stays_cached_below_bytes() -> int:
     return last_level_cache_bytes() // MIN_STREAMED_FRACTION
 
 
+# Below this many bytes in its largest tensor a graph fits in a core's L1
+# data cache, where no fusion or prefetch saves memory traffic: the
+# speculative analyses give stock's answer there (speculation.py).
+SPECULATION_MIN_TENSOR_BYTES = 32 * 1024
+# Overrides it; 0 speculates on every graph.
+SPECULATION_MIN_BYTES_ENV = "TORCHINDUCTOR_CPP_SPECULATION_MIN_BYTES"
+
+
 # Vector lanes of the widest float ISA we target; scalar work that replaces
 # vector work costs roughly this much more per element.
 VECTOR_LANES = 16

@@ -58,7 +58,7 @@ from torch._inductor.codegen.cpp_utils import cexpr_index
 from torch._inductor.utils import DeferredLineBase
 from torch._inductor.virtualized import V
 
-from .. import costs
+from .. import costs, speculation
 from . import kernel_helpers as helpers
 from . import streaming_stores as streaming
 from .invariant_loads import memory_of_buffer
@@ -159,7 +159,8 @@ def generate_vector_load(kernel, name, pointer, index, dtype, line, masked: bool
     """``CppVecKernel.load``'s contiguous load ``line``, generated into the
     kernel's loads with the lines that may prefetch (see module docstring)."""
     candidate = (
-        dtype == torch.float32
+        speculation.worth_speculating()
+        and dtype == torch.float32
         and not masked
         and index != 0
         and kernel.tiling_factor * 32 <= kernel.vec_isa.bit_width()  # one vector

@@ -54,6 +54,7 @@ from torch._inductor.scheduler import SchedulerNode
 from torch._inductor.virtualized import V
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
+from .. import speculation
 from ..costs import BLOCK_BYTES_IN_CACHE, feeds_every_thread
 from ..nodes import is_outer_loop_fused
 
@@ -76,6 +77,8 @@ def remembers_refusals(score):
 
     @functools.wraps(score)
     def remembered(scheduler, node1, node2) -> int:
+        if not speculation.worth_speculating():
+            return 0
         key = _pair_state(score, node1, node2)
         if key is None:
             return score(scheduler, node1, node2)

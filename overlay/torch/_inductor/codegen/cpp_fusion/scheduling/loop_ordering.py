@@ -19,6 +19,7 @@ import torch
 from torch._inductor import config
 from torch.utils._ordered_set import OrderedSet
 
+from .. import speculation
 from ..costs import strided_inner_bytes, strided_inner_deps
 from ..nodes import under_rollback_scope
 from . import reindexed_affine
@@ -34,6 +35,7 @@ def enabled_for_device(device) -> bool:
         and config.loop_ordering_after_fusion
         and config.cpp.loop_ordering_after_fusion
         and config.cpu_backend == "cpp"
+        and speculation.worth_speculating()
     )
 
 
@@ -52,6 +54,7 @@ def reindexing_enabled_for_nodes(*nodes) -> bool:
         and config.loop_reindexing_after_fusion
         and config.cpp.loop_ordering_after_fusion
         and config.cpu_backend == "cpp"
+        and speculation.worth_speculating()
     )
 
 
