@@ -367,10 +367,10 @@ UNREACHED_REASONS: dict[str, str] = {
         "away, and on the CPU scans, sorts and partial accumulations are "
         "not such nodes"
     ),
-    "*loop_ordering.py::reduction_first_compatible: if not "
-    "enabled_for_nodes(node1, node2): -> return False": (
-        "Inductor's own loop_ordering_after_fusion off: its callers run only "
-        "under it, and no fuzzed program turns it off"
+    "*speculation.py::worth_speculating: if not isinstance(getattr(graph, "
+    '"graph", None), torch.fx.Graph): -> return True*': (
+        "asked outside a compile: every fuzzed program asks while its graph "
+        "is lowered or scheduled (test_speculation.py takes it)"
     ),
     "*loop_ordering.py::_mergeable_members: if not isinstance(node, "
     "(SchedulerNode, FusedSchedulerNode)): -> return None": (

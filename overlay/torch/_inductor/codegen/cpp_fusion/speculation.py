@@ -12,8 +12,8 @@ stock's answers, and none of those analyses runs.
 The bound is on the largest tensor the graph takes or computes, from the
 FX graph's values (``meta["val"]``): they are all known before lowering
 starts, so every answer about one graph is the same, including the one
-lowering freezes when it first asks the backend's features; the answer is
-kept on the graph.  A symbolic size counts as large.  ``costs.SPECULATION_MIN_TENSOR_BYTES``;
+lowering freezes when it first asks the backend's features.  The answer is
+kept on the graph, the bound read once per graph.  A symbolic size counts as large.  ``costs.SPECULATION_MIN_TENSOR_BYTES``;
 ``$TORCHINDUCTOR_CPP_SPECULATION_MIN_BYTES`` overrides it, and 0
 speculates on every graph (the fuzzer's programs are small on purpose).
 """
@@ -29,35 +29,27 @@ from torch.utils._pytree import tree_leaves
 
 from .costs import SPECULATION_MIN_BYTES_ENV, SPECULATION_MIN_TENSOR_BYTES
 
-# The graph's largest tensor in bytes, kept on the GraphLowering: one compile
-_LARGEST = "cpp_fusion_largest_tensor_bytes"
+# The answer for a graph, kept on its GraphLowering: one compile
+_ANSWER = "cpp_fusion_worth_speculating"
 
 
 def worth_speculating() -> bool:
     """False while lowering or scheduling a graph whose every tensor is below
     the bound; True otherwise (outside a graph, too)."""
-    bound = min_tensor_bytes()
-    if bound <= 0:
-        return True
-    graph = _current_graph()
-    if graph is None:
-        return True
-    largest = getattr(graph, _LARGEST, None)
-    if largest is None:
-        largest = _largest_tensor_bytes(graph)
-        setattr(graph, _LARGEST, largest)
-    return largest >= bound
+    graph = V.graph
+    answer = getattr(graph, _ANSWER, None)
+    if answer is None:
+        if not isinstance(getattr(graph, "graph", None), torch.fx.Graph):
+            return True  # outside a compile
+        bound = min_tensor_bytes()
+        answer = bound <= 0 or _largest_tensor_bytes(graph) >= bound
+        setattr(graph, _ANSWER, answer)
+    return answer
 
 
 def min_tensor_bytes() -> int:
     override = os.environ.get(SPECULATION_MIN_BYTES_ENV, "")
     return int(override) if override.isdigit() else SPECULATION_MIN_TENSOR_BYTES
-
-
-def _current_graph():
-    graph = V.graph
-    fx_graph = getattr(graph, "graph", None)
-    return graph if isinstance(fx_graph, torch.fx.Graph) else None
 
 
 def _largest_tensor_bytes(graph) -> float:

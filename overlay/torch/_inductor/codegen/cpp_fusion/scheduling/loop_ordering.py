@@ -32,10 +32,10 @@ def enabled_for_device(device) -> bool:
     device_type = getattr(device, "type", device)
     return (
         device_type == "cpu"
+        and speculation.worth_speculating()
         and config.loop_ordering_after_fusion
         and config.cpp.loop_ordering_after_fusion
         and config.cpu_backend == "cpp"
-        and speculation.worth_speculating()
     )
 
 
@@ -51,10 +51,10 @@ def reindexing_enabled_for_nodes(*nodes) -> bool:
     """
     return (
         all(node.is_cpu() for node in nodes)
+        and speculation.worth_speculating()
         and config.loop_reindexing_after_fusion
         and config.cpp.loop_ordering_after_fusion
         and config.cpu_backend == "cpp"
-        and speculation.worth_speculating()
     )
 
 
