@@ -1,4 +1,4 @@
-"""The speculation bound: graphs whose every tensor fits in L1 get stock's
+"""The speculation bound: graphs whose every tensor is under it get stock's
 answers from the speculative analyses (cpp_fusion/speculation.py).
 
 conftest.py sets the bound to 0 for the other tests, whose programs are
@@ -19,7 +19,8 @@ from torch._inductor.codegen.cpp_fusion.scheduling import block_fusion, loop_ord
 
 # 0023 splits reductions over 32 rows or more; these pin 0009's fusion alone
 ONE_LEVEL = {"cpp.outer_reduction_blocks": False}
-SMALL = (2, 16, 64)  # 8 KiB a tensor
+SMALL = (2, 8, 16)  # 1 KiB a tensor
+AT_THE_BOUND = (4, 8, 16)  # 2 KiB
 LARGE = (8, 16, 784)  # 392 KiB
 
 
@@ -48,10 +49,10 @@ def _compile(monkeypatch, shape, bound, **kwargs):
     return compiled, len(scores), len(merges)
 
 
-def test_the_bound_is_a_core_l1():
-    assert SPECULATION_MIN_TENSOR_BYTES == 32 * 1024
+def test_the_shapes_sit_where_their_names_say():
     assert torch.randn(SMALL).nbytes < SPECULATION_MIN_TENSOR_BYTES
-    assert torch.randn(LARGE).nbytes >= SPECULATION_MIN_TENSOR_BYTES
+    assert torch.randn(AT_THE_BOUND).nbytes == SPECULATION_MIN_TENSOR_BYTES
+    assert torch.randn(LARGE).nbytes > SPECULATION_MIN_TENSOR_BYTES
 
 
 def test_a_small_graph_gets_stock_nests_without_asking(monkeypatch):
@@ -74,6 +75,14 @@ def test_a_graph_above_the_bound_is_not_gated(monkeypatch):
     everywhere, _, _ = _compile(monkeypatch, LARGE, 0)
     assert shipped.nests == everywhere.nests == [1]
     assert shipped.kernels == everywhere.kernels
+    assert scores > 0
+
+
+def test_a_graph_at_the_bound_speculates(monkeypatch):
+    shipped, scores, _ = _compile(
+        monkeypatch, AT_THE_BOUND, SPECULATION_MIN_TENSOR_BYTES
+    )
+    assert shipped.nests == [1]
     assert scores > 0
 
 

@@ -120,10 +120,12 @@ def stays_cached_below_bytes() -> int:
     return last_level_cache_bytes() // MIN_STREAMED_FRACTION
 
 
-# Below this many bytes in its largest tensor a graph fits in a core's L1
-# data cache, where no fusion or prefetch saves memory traffic: the
-# speculative analyses give stock's answer there (speculation.py).
-SPECULATION_MIN_TENSOR_BYTES = 32 * 1024
+# Below this many bytes in its largest tensor a graph's loops are a few
+# vectors long: what a fusion or a prefetch saves there (a loop's overhead,
+# no memory traffic) is lost in the call, and the speculative analyses give
+# stock's answer (speculation.py; where the fusions start to pay:
+# docs/design-measurements.md, "The speculation bound").
+SPECULATION_MIN_TENSOR_BYTES = 2 * 1024
 # Overrides it; 0 speculates on every graph.
 SPECULATION_MIN_BYTES_ENV = "TORCHINDUCTOR_CPP_SPECULATION_MIN_BYTES"
 

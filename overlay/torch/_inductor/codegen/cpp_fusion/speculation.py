@@ -4,10 +4,10 @@ Loop ordering after fusion (0005, with 0015's extra reorder rounds), block
 fusion with its tiles and prepends (0009, 0019, 0020) and the prefetch
 planner (0014) look for loop rewrites that save memory traffic: pair by
 pair, rebuilding and reindexing loop bodies, or load by load.  Where every
-tensor of a graph fits in a core's L1 data cache there is no traffic to
-save, and the analyses still cost compile time: a graph of small linears
-paid for them and generated stock's code byte for byte.  Such a graph gets
-stock's answers, and none of those analyses runs.
+tensor of a graph is a few vectors long there is no traffic to save and
+next to no loop overhead, and the analyses still cost compile time: a graph
+of small linears paid for them and generated stock's code byte for byte.
+Such a graph gets stock's answers, and none of those analyses runs.
 
 The bound is on the largest tensor the graph takes or computes, from the
 FX graph's values (``meta["val"]``): they are all known before lowering
