@@ -13,7 +13,8 @@ The bound is on the largest tensor the graph takes or computes, from the
 FX graph's values (``meta["val"]``): they are all known before lowering
 starts, so every answer about one graph is the same, including the one
 lowering freezes when it first asks the backend's features.  The answer is
-kept on the graph, the bound read once per graph.  A symbolic size counts as large.  ``costs.SPECULATION_MIN_TENSOR_BYTES``;
+kept on the graph, the bound read once per graph.  A symbolic size counts
+as large.  The bound is ``costs.SPECULATION_MIN_TENSOR_BYTES``;
 ``$TORCHINDUCTOR_CPP_SPECULATION_MIN_BYTES`` overrides it, and 0
 speculates on every graph (the fuzzer's programs are small on purpose).
 """
