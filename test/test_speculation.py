@@ -1,8 +1,8 @@
 """The speculation bound: graphs whose every tensor is under it get stock's
 answers from the speculative analyses (cpp_fusion/speculation.py).
 
-conftest.py sets the bound to 0 for the other tests, whose programs are
-small on purpose; each test here sets it itself.
+compile_utils.py sets the bound to 0 for the other tests, whose programs
+are small on purpose; each test here sets it itself.
 """
 
 from __future__ import annotations

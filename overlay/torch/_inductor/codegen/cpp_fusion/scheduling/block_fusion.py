@@ -72,7 +72,9 @@ def remembers_refusals(score):
     a rollback the old one.  So the refusal is kept, keyed by the nodes and
     the bodies they hold, in the backend's ``loop_body_answers``.  Accepted
     pairs are scored afresh: their score may come with loops rewritten
-    (scheduling/block_tiles.py, scheduling/block_prepend.py).
+    (scheduling/block_tiles.py, scheduling/block_prepend.py).  Every block
+    score passes here, so here too a graph under the speculation bound
+    (speculation.py) gets stock's answer, 0, before any score runs.
     """
 
     @functools.wraps(score)
