@@ -767,6 +767,17 @@ FEATURE_SEEDS = [
         "x0.permute(0, 3, 2, 1) * 2",
         marks=requires_vectors,
     ),
+    # reach seeds: erf before a failed prepended merge, alone or beside a
+    # softmax over strided columns
+    ("0020-prepended-member-dropped", "v1[:, 0] + v1[:, 5] * 2.0"),
+    ("0020-rest-but-first-dropped", "torch.softmax(v1[:, ::2]"),
+    # CPU flex attention needs vector kernels
+    pytest.param(
+        "0014-scheduler-assumed", "flex_attention(x0", marks=requires_vectors
+    ),
+    # reads of a transposed producer that no write stride composes
+    ("0019-constant-remainder-ignored", "view(v1.shape)\n    return (v1, v2.sum(0))"),
+    ("0019-any-stride-divides", "view(47, 65)"),
 ]
 
 
@@ -805,9 +816,12 @@ def test_a_feature_seed_kills_its_mutant(
     level), 0020's split (a UNet block whose fused producer stores into a
     channels-last concat slice), 0021's softmax (bfloat16 logits large
     enough to overflow without the max, rows followed by a dim of size 1)
-    and 0022's GroupNorm (channels-last bfloat16 maps whose channel means
-    differ) pass with the installed overlay and fail against the mutant that breaks
-    the feature, checked directly."""
+    0022's GroupNorm (channels-last bfloat16 maps whose channel means
+    differ), and the reach seeds of newly reached branches (0020's failed
+    prepended merge, 0014 beside a template rendered before the scheduler,
+    0019's reads that no write stride composes) pass with the installed
+    overlay and fail against the mutant that breaks the feature, checked
+    directly."""
     seed = _seed_of(marker)
     mutant = next(m for m in mutants.MUTANTS if m.ident == ident)
     assert seeds_pass_without_mutants[seed] == "ok"

@@ -377,6 +377,44 @@ UNREACHED_REASONS: dict[str, str] = {
         "an outer-loop fused or foreach node asked to merge its loops: the "
         "callers pass plain and fused nodes only"
     ),
+    "*block_tiles.py::leaves_of_one_space: if type(node) not in (*": (
+        "a scored node of another type than SchedulerNode, FusedSchedulerNode "
+        "or OuterLoopFusedSchedulerNode: _can_fuse turns extern, nop, grouped "
+        "and nested-reduction nodes away before the backend scores, and the "
+        "CPU builds no foreach node (no FOREACH feature), combo kernel or "
+        "mix-order reduction (Triton's)"
+    ),
+    "*block_tiles.py::same_loops_block_depth: if not (node1.get_operation_names"
+    "() & node2.ancestors)*": (
+        "a pair that is not producer and consumer: every caller tests the same "
+        "ancestry first, and the loop rewrites in between never change "
+        "ancestors"
+    ),
+    "*block_tiles.py::same_digit_block: if not _non_overlapping(inner + outer)*": (
+        "a write whose digits overlap: a store is injective over its loops "
+        "(every layout Inductor writes through, dense, permuted, padded or a "
+        "cat's slice, has strides at least the span below them), and the "
+        "overlay's loop rewrites re-express the same index"
+    ),
+    "*block_tiles.py::_non_overlapping: if stride < reach: -> return False": (
+        "overlapping digits: its one caller passes a write's digits, which "
+        "never overlap (same_digit_block's check above)"
+    ),
+    "*block_tiles.py::_composed_of: if not coeff.is_Integer*": _INTEGER_INDEX,
+    "*split.py::split_for_outer_extent: for i, size in enumerate(sizes): "
+    "-> return None": (
+        "a consumer smaller than the producer's outer extent: the split is "
+        "asked for pairs whose consumer reads the producer's output by its own "
+        "index over sizes that start with the write's (Scheduler.can_fuse_"
+        "vertical, asked before the backend, or 0009's score, which shares an "
+        "outer loop and answers first), so the loop returns before it ends"
+    ),
+    "*split.py::_leaf_nodes: if not *isinstance(*-> return None": (
+        "a consumer that is not a SchedulerNode or a fused node of them: "
+        "_can_fuse turns extern, nop, grouped and nested-reduction consumers "
+        "away before the backend, and the CPU builds no foreach node (no "
+        "FOREACH feature), combo kernel or mix-order reduction (Triton's)"
+    ),
     "*block_tiles.py::_tile_size: if not sizes1 or not sizes2*": (
         "a tile for loops of no size: _tile_possible required static sizes "
         "longer than the depth, and merging loops keeps one at least"

@@ -287,6 +287,102 @@ REACH_SEEDS = (
         ["softmax"],
         flags="shipped",
     ),
+    # 0003: with every op its own node, GroupNorm's affine output fuses with
+    # its SiLU before it meets the statistics: the split reindexes a fused
+    # consumer, whose group follows its members'
+    _case(
+        "    v1 = F.silu(F.group_norm(x0, 2, w1, w2, eps=1e-5)) * 2\n"
+        "    return (v1,)\n",
+        [(2, 8, 16, 16)],
+        ["norm", "unary", "binary"],
+        weights=[(8,), (8,)],
+        config="seed",
+    ),
+    # 0020: erf joins a fusion in front of its consumer, whose loops then
+    # fail to merge (an inner loop 300 times the outer, 3 rows that no
+    # re-tile balances on 2 threads): the fallback generates erf alone, or,
+    # beside a softmax over strided columns, as an outer-loop node
+    _case(
+        "    v1 = torch.erf(x0)\n    v2 = v1[:, 0] + v1[:, 5] * 2.0\n"
+        "    return (v1, v2)\n",
+        [(3, 1024)],
+        ["unary", "binary"],
+        threads=2,
+    ),
+    _case(
+        "    v1 = torch.erf(x0)\n    v2 = torch.softmax(v1[:, ::2], dim=1)\n"
+        "    return (v1, v2)\n",
+        [(3, 2048)],
+        ["unary", "softmax"],
+        threads=2,
+    ),
+    # 0009 0019: under dynamic shapes, a softmax over channels plus a gather:
+    # the bytes a pair reads are symbolic, so neither fits the cache
+    _case(
+        "    v1 = x0 + torch.zeros(2, 3, 16, 64)\n"
+        "    v2 = torch.exp(v1 - v1.amax(1, keepdim=True))\n"
+        "    v3 = (x2.abs() * 3).long().clamp(0, 6)\n"
+        "    return (v2 / v2.sum(1, keepdim=True) + x1[v3],)\n",
+        [(2, 3, 16, 64), (7,), (64,)],
+        ["softmax", "index"],
+        dynamic=True,
+    ),
+    # 0009 0014: CPU flex attention is a C++ template (no loop body, no
+    # max_autotune needed) whose consumer shares its two outer loops
+    _case(
+        "    from torch.nn.attention.flex_attention import flex_attention\n\n"
+        "    v1 = flex_attention(x0, x1, x2)\n"
+        "    return (v1 * w3.view(1, 2, 1, 1) + v1[:, :, :1],)\n",
+        [(2, 2, 32, 16), (2, 2, 32, 16), (2, 2, 32, 16)],
+        ["attention", "binary"],
+        weights=[(2,)],
+    ),
+    # 0019: log_softmax over the channels of rows padded by one element:
+    # the pixels do not merge, so the statistics keep a loop too many for
+    # the tile (a small cache, so the pair is not kept as cached)
+    _layout_case(
+        "    v1 = torch.log_softmax(x0, dim=1)\n    return (v1,)\n",
+        [InputSpec((2, 12, 8, 128), layout="offset")],
+        ["softmax"],
+        cache_bytes=65536,
+    ),
+    # 0019: log_softmax spelled out, with a second consumer of the max that
+    # is asked while the statistics are tiled for the first
+    _case(
+        "    v1 = x0.amax(1, keepdim=True)\n"
+        "    v2 = torch.log(torch.exp(x0 - v1).sum(1, keepdim=True))\n"
+        "    return (x0 - v1 - v2, v1.sum())\n",
+        [(2, 48, 32, 32)],
+        ["reduce", "softmax"],
+        cache_bytes=262144,
+    ),
+    # 0019's digits: a transposed producer read by a column sum through a
+    # shifted flat view, and through slice, reshape and slice (reads that no
+    # write stride composes)
+    _case(
+        "    v1 = (x0.t() * x1.t() + x2.t()).contiguous()\n"
+        "    v2 = F.pad(v1.flatten()[1:], (0, 1)).view(v1.shape)\n"
+        "    return (v1, v2.sum(0))\n",
+        [(64, 48), (64, 48), (64, 48)],
+        ["binary", "reshape", "reduce"],
+    ),
+    _case(
+        "    v1 = (x0.t() * x1.t() + x2.t()).contiguous()\n"
+        "    v2 = v1.flatten()[:3055].view(47, 65)[:, :64]\n"
+        "    return (v1, v2.sum(0))\n",
+        [(64, 48), (64, 48), (64, 48)],
+        ["binary", "reshape", "reduce"],
+    ),
+    # 0009 0019, dynamic shapes: a transposed producer stored into a cat with
+    # an input of symbolic width, whose rows then have a symbolic stride
+    _case(
+        "    v1 = torch.zeros(64, 48)\n"
+        "    v2 = (x0 + v1).t() * (x1 + v1).t() + (x2 + v1).t()\n"
+        "    return (torch.cat([v2, x3], dim=1), v2.sum(0))\n",
+        [(64, 48), (64, 48), (64, 48), (48, 40)],
+        ["binary", "cat", "reduce"],
+        dynamic=True,
+    ),
 )
 
 

@@ -194,6 +194,21 @@ ALL_MUTANTS = (
         "    return [int(s) for s in sizes]",
         "check",
     ),
+    # a fused consumer keeps the group and deps it had before the split
+    # (GroupNorm's affine output fused with its SiLU, every op its own node)
+    Mutant(
+        "0003",
+        "fused-consumer-kept",
+        SPLIT,
+        "        consumer.group = leaves[0].group\n"
+        "        refresh_group_node_dependencies(consumer)\n",
+        "        pass\n",
+        "other",
+        cost_only="the seed's kernel loops come from its members' own groups; "
+        "the fused node's stale group changes which loops merge after the "
+        "fusion (its SiLU over 256 pixels where the split's group gives 16 "
+        "rows of 16), not the values",
+    ),
     Mutant(
         "0003",
         "split-outside-rollback",
@@ -388,6 +403,31 @@ ALL_MUTANTS = (
         "LayerNorm(1500), Welford rows, rotate and agree)",
     ),
     # 0009 outer-block fusion
+    # a template member has no loop body (CPU flex attention before a
+    # consumer that shares its outer loops): its accesses are unknown
+    Mutant(
+        "0009",
+        "template-body-skipped",
+        BLOCK,
+        "        if body is None:\n            return None\n",
+        "        if body is None:\n            continue\n",
+        "check",
+        equivalent="a template's accesses skipped are none: a producer with no "
+        "block writes shares no buffer by block (score 0, as for None), and "
+        "can_fuse_vertical_outer_loop refuses a template on either side",
+    ),
+    # symbolic sizes: the bytes a pair reads never fit the cache (a softmax
+    # over channels plus a gather, dynamic shapes)
+    Mutant(
+        "0009",
+        "symbolic-bytes-fit",
+        BLOCK,
+        "            return 1 << 62  # symbolic: never fits",
+        "            return 0  # symbolic: never fits",
+        "bound",
+        cost_only="whether the bytes fit the cache chooses whether a block "
+        "fusion that 0009's checks found legal is made, not its values",
+    ),
     Mutant(
         "0009",
         "read-one-past-block",
@@ -629,6 +669,16 @@ ALL_MUTANTS = (
         "value on these CPUs shows them",
     ),
     # 0014 prefetch
+    # a template's kernel is rendered before the scheduler exists (CPU flex
+    # attention): the output check must not ask it
+    Mutant(
+        "0014",
+        "scheduler-assumed",
+        PREFETCH,
+        "    if V.graph.scheduler:\n        name = V.graph.scheduler.mutation_",
+        "    if True:\n        name = V.graph.scheduler.mutation_",
+        "check",
+    ),
     Mutant(
         "0014",
         "symbolic-step",
@@ -794,6 +844,69 @@ ALL_MUTANTS = (
         cost_only="the stock attempt's kernels only feed the vector-work guard; "
         "every shallower attempt is generated and checked anew",
     ),
+    # 0019's block checks on reads and writes that only tiles compose, each
+    # with the seed that takes the branch: a read shifted by one element, a
+    # read row stride no write stride divides, a write row stride that is
+    # symbolic (a cat with an input of dynamic width)
+    Mutant(
+        "0019",
+        "constant-remainder-ignored",
+        TILES,
+        "            if value:\n                return False\n",
+        "",
+        "check",
+    ),
+    Mutant(
+        "0019",
+        "any-stride-divides",
+        TILES,
+        "        divisors = [s for s, _ in by_stride if int(coeff) % s == 0]",
+        "        divisors = [s for s, _ in by_stride]",
+        "check",
+    ),
+    Mutant(
+        "0019",
+        "non-loop-term-skipped",
+        TILES,
+        "        if var not in ranges or var in seen or not coeff.is_Integer or "
+        "coeff <= 0:\n            return None\n",
+        "        if var not in ranges or var in seen or not coeff.is_Integer or "
+        "coeff <= 0:\n            continue\n",
+        "check",
+    ),
+    # statistics left with a loop too many by the merge (rows padded by one
+    # element), and a second consumer asked while they are tiled
+    Mutant(
+        "0019",
+        "unmerged-pixels-fused",
+        TILES,
+        "    if sizes is None or len(sizes) != depth + 1:\n        return False\n"
+        "    node.outer_loop_fusion_depth = depth + 1",
+        "    if sizes is None:\n        return False\n"
+        "    node.outer_loop_fusion_depth = depth + 1",
+        "check",
+    ),
+    Mutant(
+        "0019",
+        "extended-depth-unchecked",
+        TILES,
+        "    if backend.outer_loop_fusion_depth(node1, node2) != depth:\n"
+        "        return 0\n",
+        "",
+        "check",
+    ),
+    Mutant(
+        "0019",
+        "symbolic-pair-cached",
+        TILES,
+        "        if not isinstance(numel, (int, sympy.Integer)):\n"
+        "            return False\n        touched",
+        "        if not isinstance(numel, (int, sympy.Integer)):\n"
+        "            return True\n        touched",
+        "bound",
+        cost_only="a pair kept as cached only refuses the extension over "
+        "tiles, which keeps the fusion made so far",
+    ),
     # 0019 outer-block tiles: its legality is 0009's checks on the tiled
     # loops, with same_digit_block for blocks that are not one dense range
     Mutant(
@@ -924,6 +1037,25 @@ ALL_MUTANTS = (
         "rollback",
         cost_only="a refused split leaves the producer's loop re-expressed over "
         "the same elements; later fusion decisions check the split loops",
+    ),
+    # a failed prepended merge: the first member is generated alone, then
+    # the rest (erf before a sum of two columns, or before a softmax over
+    # strided columns, on 2 threads)
+    Mutant(
+        "0020",
+        "prepended-member-dropped",
+        PREPEND,
+        "    codegen_alone(scheduling, members[0])\n",
+        "",
+        "other",
+    ),
+    Mutant(
+        "0020",
+        "rest-but-first-dropped",
+        PREPEND,
+        "    if len(rest) == 1:\n        codegen_alone(scheduling, rest[0])\n",
+        "    if len(rest) >= 1:\n        codegen_alone(scheduling, rest[0])\n",
+        "other",
     ),
     # 0021 softmax by reciprocal: the decomposition must keep the core one's
     # max subtraction (the reciprocal's range rests on it), dim and dtypes
