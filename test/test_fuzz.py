@@ -778,6 +778,13 @@ FEATURE_SEEDS = [
     # reads of a transposed producer that no write stride composes
     ("0019-constant-remainder-ignored", "view(v1.shape)\n    return (v1, v2.sum(0))"),
     ("0019-any-stride-divides", "view(47, 65)"),
+    # two depth-2 outer-loop fusions whose outer loops differ after re-tiling
+    ("0002-differing-outer-levels-merged", "v4 = v2.view(2, 3, 16)"),
+    pytest.param(
+        "0015-template-members-merged",
+        "score_mod=score_mod), x4 * x3",
+        marks=requires_vectors,
+    ),
 ]
 
 
@@ -819,9 +826,10 @@ def test_a_feature_seed_kills_its_mutant(
     0022's GroupNorm (channels-last bfloat16 maps whose channel means
     differ), and the reach seeds of newly reached branches (0020's failed
     prepended merge, 0014 beside a template rendered before the scheduler,
-    0019's reads that no write stride composes) pass with the installed
-    overlay and fail against the mutant that breaks the feature, checked
-    directly."""
+    0019's reads that no write stride composes, 0002's outer loops that
+    still differ after the re-tile, 0015's merge meeting a template) pass
+    with the installed overlay and fail against the mutant that breaks the
+    feature, checked directly."""
     seed = _seed_of(marker)
     mutant = next(m for m in mutants.MUTANTS if m.ident == ident)
     assert seeds_pass_without_mutants[seed] == "ok"

@@ -287,8 +287,10 @@ BATCH_SHARED = ("dynamic", "config", "flags", "threads", "cache_bytes")
 
 
 def batch_key(case: FuzzCase) -> tuple:
-    """Cases with the same key can share a batch."""
-    return tuple(getattr(case, name) for name in BATCH_SHARED)
+    """Cases with the same key can share a batch (a case ``alone`` shares
+    none)."""
+    shared = tuple(getattr(case, name) for name in BATCH_SHARED)
+    return (*shared, case.source) if case.alone else shared
 
 
 def batch_case(cases) -> FuzzCase:

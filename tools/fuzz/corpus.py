@@ -68,8 +68,12 @@ REACH_SEEDS = (
         ["binary", "unary"],
         cache_bytes=262144,
     ),
-    # 0023: a lone column sum, and a sum over the middle dim of a small slab
-    _case("    v1 = x0.sum(0)\n    return (v1,)\n", [(64, 1024)], ["reduce"]),
+    # 0023: a lone column sum (a batch of its own: a batch's output node
+    # links it to the other programs' reductions within 0023's chain hops),
+    # and a sum over the middle dim of a small slab
+    _case(
+        "    v1 = x0.sum(0)\n    return (v1,)\n", [(64, 1024)], ["reduce"], alone=True
+    ),
     _case("    v1 = x0.sum(1)\n    return (v1,)\n", [(16, 32, 256)], ["reduce"]),
     # 0005: softmax over dim 0 of x scaled by a one-element tensor
     _case(
@@ -382,6 +386,51 @@ REACH_SEEDS = (
         [(64, 48), (64, 48), (64, 48), (48, 40)],
         ["binary", "cat", "reduce"],
         dynamic=True,
+    ),
+    # 0015: two pointwise nodes that read a vector by rows of (4, 16) and of
+    # 64 share too little for the scheduler to merge their loops; the C++
+    # backend's open-loop rule merges them; under the speculation bound
+    # (shipped flags, a graph under 2 KiB) it answers as stock does
+    _case(
+        "    return (x0 * x2.view(8, 1, 1), x1 * x2.view(8, 1))\n",
+        [(8, 4, 16), (8, 64), (8,)],
+        ["binary"],
+    ),
+    _case(
+        "    return (x0 * x2.view(4, 1), x1 * x2.view(4, 1, 1))\n",
+        [(4, 8), (4, 8, 4), (4,)],
+        ["binary"],
+        flags="shipped",
+    ),
+    # 0015: flex attention whose score_mod reads a one-element bias that a
+    # pointwise node reads too: merging loops to fuse them meets the template
+    _case(
+        "    from torch.nn.attention.flex_attention import flex_attention\n\n"
+        "    def score_mod(score, b, h, q_idx, kv_idx):\n"
+        "        return score + x3[0]\n\n"
+        "    return (flex_attention(x0, x1, x2, score_mod=score_mod), x4 * x3)\n",
+        [(1, 2, 64, 32), (1, 2, 64, 32), (1, 2, 64, 32), (1,), (8,)],
+        ["attention", "binary"],
+    ),
+    # the scheduler with no kernel to schedule: a lone view
+    _case("    return (x0.t(),)\n", [(6, 8)], ["reshape"], alone=True),
+    # 0005 0015: GroupNorm's statistics alone over a channels-last map of
+    # 3072 channels: an outer-loop fusion over all its loops merges them
+    _layout_case(
+        "    v1 = torch.ops.aten.native_group_norm(x0, None, None, 1, 3072, 16, 32,"
+        " 1e-5)\n    return (v1[1], v1[2])\n",
+        [InputSpec((1, 3072, 4, 4), layout="channels_last")],
+        ["norm"],
+    ),
+    # 0002: two outer-loop fusions of row statistics at depth 2, fused
+    # together: re-tiled at depth 1 their outer loops still differ (8, 2)
+    _case(
+        "    v1 = x0 * x1.view(12, 1)\n    v2 = v1.mean(-1)\n"
+        "    v3 = ((v1 - v2[..., None]) ** 2).sum(-1)\n"
+        "    v4 = v2.view(2, 3, 16) * x2.view(3, 1)\n    v5 = v4.sum(-1)\n"
+        "    return (v5, ((v3.view(2, 3, 16) - v5[..., None]) ** 2).sum(-1))\n",
+        [(8, 12, 16), (12,), (3,)],
+        ["binary", "reduce"],
     ),
 )
 

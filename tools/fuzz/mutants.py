@@ -102,6 +102,16 @@ WITHOUT_MUTANTS: dict[str, str] = {}
 
 ALL_MUTANTS = (
     # 0002 re-tile
+    # two outer-loop fusions of row statistics at depth 2 fused together:
+    # re-tiled at depth 1, their outer loops (8 and 2) still differ
+    Mutant(
+        "0002",
+        "differing-outer-levels-merged",
+        RETILE,
+        "        if not _same_outer_loops(\n            proxies, self.depth",
+        "        if False and not _same_outer_loops(\n            proxies, self.depth",
+        "check",
+    ),
     Mutant(
         "0002",
         "steps-not-compared",
@@ -726,6 +736,28 @@ ALL_MUTANTS = (
         "        row_bytes = stride * self.step * 2  # float32",
         "bound",
         cost_only="a prefetch's distance changes no value",
+    ),
+    # 0015's loop merges: a template member (CPU flex attention whose
+    # score_mod reads a bias a pointwise node reads too) has no loop body;
+    # an outer-loop fusion over all its loops (GroupNorm's statistics over a
+    # channels-last map) whose members merge apart
+    Mutant(
+        "0015",
+        "template-members-merged",
+        LOAF,
+        "    if len(snodes) != len(node.get_nodes()) or any(\n"
+        "        sn.is_template() or sn.loop_body is None for sn in snodes\n    ):",
+        "    if len(snodes) != len(node.get_nodes()):",
+        "check",
+    ),
+    Mutant(
+        "0015",
+        "outer-members-merged-apart",
+        LOAF,
+        "    if not _merge_members_together(snodes):\n        return False\n"
+        "    node.outer_loop_fusion_depth",
+        "    _merge_members_together(snodes)\n    node.outer_loop_fusion_depth",
+        "check",
     ),
     # 0015 fusion rules for loops left open until fusion
     Mutant(

@@ -186,6 +186,9 @@ class FuzzCase:
     # $TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES for both runs (0: unset), so
     # that a program of a few MiB streams (0013) and prefetches (0014)
     cache_bytes: int = 0
+    # compiled in a batch of its own (check.batch_key): a seed whose branch
+    # needs the graph to itself (a lone view, a lone column sum)
+    alone: bool = False
 
     @classmethod
     def from_program(cls, program: Program, **kwargs) -> FuzzCase:
