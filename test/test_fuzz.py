@@ -206,6 +206,16 @@ def test_a_batch_returns_every_programs_outputs_in_order():
     assert batch.inputs == cases[0].inputs + cases[1].inputs
 
 
+def test_a_case_alone_gets_a_batch_of_its_own():
+    from tools.fuzz.runner import batches
+
+    one, two = _two_programs()
+    assert batches([one, two], 4) == [(one, two)]
+    lone_one, lone_two = (dataclasses.replace(c, alone=True) for c in (one, two))
+    grouped = batches([one, lone_one, two, lone_two], 4)
+    assert sorted(grouped, key=len) == [(lone_one,), (lone_two,), (one, two)]
+
+
 def _perturbing_compile(monkeypatch, broken):
     """compile_and_run that adds 0.5 to the flags-on outputs ``broken`` picks."""
     calls = []
