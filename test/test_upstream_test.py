@@ -318,3 +318,31 @@ def test_older_test_files_import_against_the_pin():
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert out.split() == ["1", "True"]
+
+
+def test_the_older_opinfo_file_imports_against_the_installed_torch():
+    """The older OpInfo file imports ``HAS_CUDA`` (renamed in 2.14.1) and the
+    three-argument ``skipOps`` of common_methods_invocations: the plugin
+    aliases the one and adapts the other to common_device_type's, which
+    still turns each skip tuple into a skip of the decorated test (read from
+    its qualified name), which ``@ops`` applies."""
+    code = (
+        "import unittest\n"
+        "from tools import upstream_compat\n"
+        "upstream_compat.pytest_configure(None)\n"
+        "from torch.testing._internal.inductor_utils import HAS_CUDA\n"
+        "from torch.testing._internal.common_methods_invocations import (\n"
+        "    op_db, skipOps)\n"
+        "class TestInductorOpInfo(unittest.TestCase):\n"
+        "    @skipOps('TestInductorOpInfo', 'test_comprehensive',\n"
+        "             {('abs', '', 'cpu', (), False)})\n"
+        "    def test_comprehensive(self):\n"
+        "        pass\n"
+        "(skip,) = TestInductorOpInfo.test_comprehensive._op_overrides['abs']\n"
+        "print(HAS_CUDA, skip.cls_name, skip.test_name, skip.device_type)\n"
+    )
+    out = subprocess.run(
+        [str(PATCHED_VENV / "bin" / "python"), "-c", code], cwd=REPO_ROOT,
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert out.split() == ["False", "TestInductorOpInfo", "test_comprehensive", "cpu"]

@@ -41,6 +41,11 @@ MOVED_IN_PIN = {
         "dtype_abbrs",
     ),
     ("torch._inductor.utils", "has_triton"): ("torch.utils._triton", "has_triton"),
+    # renamed in 2.14.1 (the older OpInfo file imports the old name)
+    ("torch.testing._internal.inductor_utils", "HAS_CUDA"): (
+        "torch.testing._internal.inductor_utils",
+        "HAS_CUDA_AND_TRITON",
+    ),
 }
 # test module -> helpers that other test files of the newer commit import
 # from it and an older copy of it lacks
@@ -73,6 +78,28 @@ def pytest_configure(config) -> None:
         module = importlib.import_module(module_name)
         if not hasattr(module, name):
             setattr(module, name, getattr(importlib.import_module(home), home_name))
+    for (module_name, name), adapter in ADAPTED.items():
+        module = importlib.import_module(module_name)
+        if not hasattr(module, name):
+            setattr(module, name, adapter)
+
+
+def _skip_ops_by_name(test_case_name: str, base_test_name: str, to_skip):
+    """The older ``skipOps(test_case_name, base_test_name, to_skip)`` of
+    common_methods_invocations, which the older OpInfo file imports: the
+    installed torch's ``common_device_type.skipOps(to_skip)`` takes the same
+    skips and reads the test's names from the function it decorates."""
+    from torch.testing._internal.common_device_type import skipOps
+
+    return skipOps(to_skip)
+
+
+# (module, name) -> an adapter of a name older test files import from there
+ADAPTED = {
+    ("torch.testing._internal.common_methods_invocations", "skipOps"): (
+        _skip_ops_by_name
+    ),
+}
 
 
 def skip_if_cpp_wrapper(reason: str):
