@@ -308,16 +308,22 @@ def test_older_test_files_import_against_the_pin():
     code = (
         "import torch, torch._dynamo.variables.torch as dv\n"
         "import torch.testing._internal.common_utils as cu\n"
-        "from tools import upstream_compat\n"
-        "upstream_compat.pytest_configure(None)\n"
         "dv.tensor_dunder_fns.append(cu.disable_functorch)\n"
         "print(len(dv.tensor_dunder_fns), callable(cu.dtype_abbrs.get))\n"
     )
+    assert _printed_with_the_compat_plugin(code) == ["1", "True"]
+
+
+def _printed_with_the_compat_plugin(code: str) -> list[str]:
+    """What ``code`` prints in the patched venv once the plugin configured."""
+    setup = (
+        "from tools import upstream_compat\nupstream_compat.pytest_configure(None)\n"
+    )
     out = subprocess.run(
-        [str(PATCHED_VENV / "bin" / "python"), "-c", code], cwd=REPO_ROOT,
+        [str(PATCHED_VENV / "bin" / "python"), "-c", setup + code], cwd=REPO_ROOT,
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert out.split() == ["1", "True"]
+    return out.split()
 
 
 def test_the_older_opinfo_file_imports_against_the_installed_torch():
@@ -328,8 +334,6 @@ def test_the_older_opinfo_file_imports_against_the_installed_torch():
     its qualified name), which ``@ops`` applies."""
     code = (
         "import unittest\n"
-        "from tools import upstream_compat\n"
-        "upstream_compat.pytest_configure(None)\n"
         "from torch.testing._internal.inductor_utils import HAS_CUDA\n"
         "from torch.testing._internal.common_methods_invocations import (\n"
         "    op_db, skipOps)\n"
@@ -341,8 +345,5 @@ def test_the_older_opinfo_file_imports_against_the_installed_torch():
         "(skip,) = TestInductorOpInfo.test_comprehensive._op_overrides['abs']\n"
         "print(HAS_CUDA, skip.cls_name, skip.test_name, skip.device_type)\n"
     )
-    out = subprocess.run(
-        [str(PATCHED_VENV / "bin" / "python"), "-c", code], cwd=REPO_ROOT,
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    assert out.split() == ["False", "TestInductorOpInfo", "test_comprehensive", "cpu"]
+    printed = _printed_with_the_compat_plugin(code)
+    assert printed == ["False", "TestInductorOpInfo", "test_comprehensive", "cpu"]
