@@ -327,7 +327,7 @@ def _printed_with_the_compat_plugin(code: str) -> list[str]:
 
 
 def test_the_older_opinfo_file_imports_against_the_installed_torch():
-    """The older OpInfo file imports ``HAS_CUDA`` (renamed in 2.14.1) and the
+    """The older OpInfo file imports ``HAS_CUDA`` (now ``HAS_CUDA_AND_TRITON``) and the
     three-argument ``skipOps`` of common_methods_invocations: the plugin
     aliases the one and adapts the other to common_device_type's, which
     still turns each skip tuple into a skip of the decorated test (read from

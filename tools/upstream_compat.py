@@ -41,7 +41,7 @@ MOVED_IN_PIN = {
         "dtype_abbrs",
     ),
     ("torch._inductor.utils", "has_triton"): ("torch.utils._triton", "has_triton"),
-    # renamed in 2.14.1 (the older OpInfo file imports the old name)
+    # now HAS_CUDA_AND_TRITON (the older OpInfo file imports the old name)
     ("torch.testing._internal.inductor_utils", "HAS_CUDA"): (
         "torch.testing._internal.inductor_utils",
         "HAS_CUDA_AND_TRITON",
