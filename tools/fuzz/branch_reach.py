@@ -240,6 +240,11 @@ _TRACKED = (
     "every path to it runs inside (the untracked nested-reduction append "
     "is the GPU's)"
 )
+_CPU_NODE_KINDS = (
+    "_can_fuse turns extern, nop, grouped and nested-reduction nodes away "
+    "before the backend is asked, and the CPU builds no foreach node (no "
+    "FOREACH feature), combo kernel or mix-order reduction (Triton's)"
+)
 UNREACHED_REASONS: dict[str, str] = {
     f"{_CODEGEN}/costs.py::last_level_cache_bytes: *": (
         "the machine's sysfs cache sizes, not a program: sizes written "
@@ -379,10 +384,7 @@ UNREACHED_REASONS: dict[str, str] = {
     ),
     "*block_tiles.py::leaves_of_one_space: if type(node) not in (*": (
         "a scored node of another type than SchedulerNode, FusedSchedulerNode "
-        "or OuterLoopFusedSchedulerNode: _can_fuse turns extern, nop, grouped "
-        "and nested-reduction nodes away before the backend scores, and the "
-        "CPU builds no foreach node (no FOREACH feature), combo kernel or "
-        "mix-order reduction (Triton's)"
+        "or OuterLoopFusedSchedulerNode: " + _CPU_NODE_KINDS
     ),
     "*block_tiles.py::same_loops_block_depth: if not (node1.get_operation_names"
     "() & node2.ancestors)*": (
@@ -411,9 +413,7 @@ UNREACHED_REASONS: dict[str, str] = {
     ),
     "*split.py::_leaf_nodes: if not *isinstance(*-> return None": (
         "a consumer that is not a SchedulerNode or a fused node of them: "
-        "_can_fuse turns extern, nop, grouped and nested-reduction consumers "
-        "away before the backend, and the CPU builds no foreach node (no "
-        "FOREACH feature), combo kernel or mix-order reduction (Triton's)"
+        + _CPU_NODE_KINDS
     ),
     "*block_tiles.py::_tile_size: if not sizes1 or not sizes2*": (
         "a tile for loops of no size: _tile_possible required static sizes "
