@@ -318,3 +318,35 @@ def test_affine_step_of_small_groups_stays_vectorized():
         r"x\d+<static_cast<int64_t>\(36L\); x\d+\+=static_cast<int64_t>\((\d+)L\)"
     )
     assert affine_loop.findall(on.code) == [str(vector_lanes(torch.bfloat16))]
+
+
+def test_an_outer_loop_fusion_keeps_its_depth_when_a_partner_asks_a_merge(monkeypatch):
+    # Statistics over (N, G | H, W), fused with their consumers over (N, G),
+    # then asked to fuse with a partner that reads them through a view of
+    # (N * G, 1): merging the fused node's members for that partner would
+    # leave its depth at 2 over members of one loop, and every fusion
+    # decision after it would read that depth.
+    from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
+
+    def program(x0, x1):
+        m = x0.mean(dim=(2, 3), keepdim=True)
+        v1 = x0 - m
+        s = (v1 * v1).mean(dim=(2, 3), keepdim=True)
+        return v1 * torch.rsqrt(s + 1e-5), x1 * s.view(8, 1)
+
+    seen = []
+
+    def record(node):
+        if isinstance(node, OuterLoopFusedSchedulerNode):
+            loops = [len(sn.loop_body.sizes[0]) for sn in node.get_nodes()]
+            seen.append((node.outer_loop_fusion_depth, min(loops)))
+        return merge(node)
+
+    merge = cpp_loop_ordering.merge_loops_consistently
+    monkeypatch.setattr(cpp_loop_ordering, "merge_loops_consistently", record)
+    args = (torch.randn(2, 4, 4, 64), torch.randn(8, 256))
+    compile_and_inspect(
+        program, args, extra_config={**SEED_CONFIG, "cpp.outer_loop_split": False}
+    )
+    assert seen, "no outer-loop fusion"
+    assert all(depth <= loops for depth, loops in seen), seen

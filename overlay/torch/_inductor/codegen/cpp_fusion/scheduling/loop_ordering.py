@@ -702,9 +702,15 @@ def _groups_fuse(group1, group2) -> bool:
 
 
 def _mergeable_members(node):
+    from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
     from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
 
     if not isinstance(node, (SchedulerNode, FusedSchedulerNode)):
+        return None
+    if isinstance(node, OuterLoopFusedSchedulerNode):
+        # Merging its members would leave its fusion depth counting loops
+        # they no longer have, and the fusion decisions that follow read
+        # that depth before merge_loops_consistently sets it again.
         return None
     snodes = [sn for sn in node.get_nodes() if isinstance(sn, SchedulerNode)]
     if len(snodes) != len(node.get_nodes()) or any(
