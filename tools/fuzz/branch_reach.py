@@ -379,8 +379,9 @@ UNREACHED_REASONS: dict[str, str] = {
     ),
     "*loop_ordering.py::_mergeable_members: if not isinstance(node, "
     "(SchedulerNode, FusedSchedulerNode)): -> return None": (
-        "an outer-loop fused or foreach node asked to merge its loops: the "
-        "callers pass plain and fused nodes only"
+        "a node that is neither a SchedulerNode nor a FusedSchedulerNode (an "
+        "outer-loop fused or foreach node is one, and passes): "
+        + _CPU_NODE_KINDS
     ),
     "*block_tiles.py::leaves_of_one_space: if type(node) not in (*": (
         "a scored node of another type than SchedulerNode, FusedSchedulerNode "
@@ -414,6 +415,16 @@ UNREACHED_REASONS: dict[str, str] = {
     "*split.py::_leaf_nodes: if not *isinstance(*-> return None": (
         "a consumer that is not a SchedulerNode or a fused node of them: "
         + _CPU_NODE_KINDS
+    ),
+    "*block_local_buffers.py::_block_sizes: if math.prod(inner_sizes) != block: "
+    "-> return None": (
+        "a writer that stores one element in several iterations: once "
+        "dense_block_size accepts the write, its inner loops present in the "
+        "index map onto [0, S) one to one, so the product differs only for an "
+        "inner loop of range above 1 absent from the index; the writer is a "
+        "pointwise leaf (_private_intermediate refuses reductions), whose store "
+        "is injective over its loops (see same_digit_block's reason), and a "
+        "zero-size buffer is a NopKernelSchedulerNode, never a member"
     ),
     "*block_tiles.py::_tile_size: if not sizes1 or not sizes2*": (
         "a tile for loops of no size: _tile_possible required static sizes "

@@ -432,6 +432,55 @@ REACH_SEEDS = (
         [(8, 12, 16), (12,), (3,)],
         ["binary", "reduce"],
     ),
+    # 0003: a split asked when fusion pairs are ranked, outside can_fuse: the
+    # statistics' loops were merged by a later accepted pair (m.view(8, 1))
+    # after the pair with the (2, 4, 4, 64) consumer was accepted at depth 2
+    _case(
+        "    m = x0.mean(dim=(2, 3), keepdim=True)\n"
+        "    v1 = x0 - m + w2\n"
+        "    v2 = x1 * m.view(8, 1)\n"
+        "    return (v1, v2)\n",
+        [(2, 4, 4, 64), (8, 256)],
+        ["reduce", "binary"],
+        weights=[(1, 4, 1, 1)],
+    ),
+    # 0020: with 0003's split off, erf's one loop split into (N, X*K) shares
+    # only N with the amax over (N, K | X) whose stock outer fusion with its
+    # row sums is over N: the backend's depth needs every level of the
+    # shorter node equal, so the split pair is refused before it is scored
+    _case(
+        "    v1 = torch.erf(x0)\n    v2 = v1.transpose(1, 2).amax(-1)\n"
+        "    v3 = v2.sum(-1)\n    return (v1, v3)\n",
+        [(4, 24, 32)],
+        ["unary", "reshape", "reduce", "reduce"],
+        flags="without:outer_loop_split",
+    ),
+    # 0019: tiled statistics refused after their score (the peak-memory
+    # heuristic: the max reads a matmul output, the output reads the log-sum,
+    # two single-user buffers of one size): can_fuse's rollback restores the
+    # statistics' loops and depth, and the pair asked again finds the
+    # statistics marked tiled but untiled
+    _case(
+        "    v0 = (x1 @ x2).view(2, 1, 32, 32)\n"
+        "    v1 = (x0 + v0).amax(1, keepdim=True)\n"
+        "    v2 = torch.log(torch.exp(x0 - v1).sum(1, keepdim=True))\n"
+        "    return (x0 - v1 - v2,)\n",
+        [(2, 48, 32, 32), (64, 8), (8, 32)],
+        ["binary", "reduce", "softmax"],
+        cache_bytes=262144,
+    ),
+    # 0015: statistics over (N, G | H, W) fused with their consumers over
+    # (N, G), then asked by a partner that reads them as (N * G, 1) to merge
+    # their loops: an outer-loop fusion is left unmerged (0003's split off)
+    _case(
+        "    m = x0.mean(dim=(2, 3), keepdim=True)\n    v1 = x0 - m\n"
+        "    s = (v1 * v1).mean(dim=(2, 3), keepdim=True)\n"
+        "    return (v1 * torch.rsqrt(s + 1e-5), x1 * s.view(8, 1))\n",
+        [(2, 4, 4, 64), (8, 256)],
+        ["reduce", "binary", "norm"],
+        config="seed",
+        flags="without:outer_loop_split",
+    ),
 )
 
 
