@@ -758,6 +758,14 @@ ALL_MUTANTS = (
         "    node.outer_loop_fusion_depth",
         "    _merge_members_together(snodes)\n    node.outer_loop_fusion_depth",
         "check",
+        cost_only="members with the same iteration sizes merge alike (each "
+        "merged over the indices of all), so _merge_members_together fails only "
+        "on members whose sizes differ before any merge, which it leaves as "
+        "they were (the caller's restored fused loops, stock's): the mutant "
+        "keeps them, where the overlay goes on to merge each member below the "
+        "fused levels, a refactoring of the same visiting order (GroupNorm's "
+        "statistics over a channels-last map: members of 3072 and of 32 "
+        "rows, the same kernels)",
     ),
     # 0015 fusion rules for loops left open until fusion
     Mutant(
@@ -896,6 +904,11 @@ ALL_MUTANTS = (
         "        divisors = [s for s, _ in by_stride]",
         "check",
     ),
+    # Survives its seed.  Symbolic row strides (every read carries the same
+    # term, which _composed_of refuses) and constant offsets (only a
+    # mutation's store has one, and no read names its buffer) cannot kill it;
+    # a write whose index keeps a floor or modulo after a reindexing might,
+    # and no such program has been built.
     Mutant(
         "0019",
         "non-loop-term-skipped",
@@ -917,6 +930,13 @@ ALL_MUTANTS = (
         "    if sizes is None:\n        return False\n"
         "    node.outer_loop_fusion_depth = depth + 1",
         "check",
+        cost_only="statistics whose pixels did not merge to one loop are "
+        "fused over the shared loops and the tile index only, their other "
+        "pixel loops inside (a shallower outer-loop fusion of members that "
+        "agree pixel by pixel), and the consumer joins where "
+        "block_fusion_score_at's checks at that depth hold: other loops, the "
+        "same values (softmax spelled out over rows padded by one element "
+        "is one nest with the mutant, two without, and agrees)",
     ),
     Mutant(
         "0019",
@@ -926,6 +946,14 @@ ALL_MUTANTS = (
         "        return 0\n",
         "",
         "check",
+        equivalent="node1 is an outer-loop fused node and depth its fusion "
+        "depth (_tiled_statistics_score; _fuse_merged_pixels sets it before the "
+        "extended score), so the backend's depth for the pair is that depth or "
+        "0 (_get_outer_loop_fusion_depth); at 0 a positive score still meets "
+        "can_fuse_vertical, which refuses: node1 reduces (no element-wise "
+        "fusion), and the split needs a pointwise consumer whose loops differ "
+        "from node1's within the depth, where the block check compared them "
+        "equal",
     ),
     Mutant(
         "0019",
@@ -1181,6 +1209,53 @@ ALL_MUTANTS = (
         equivalent="the hook sits in Reduction.create, and a Welford "
         "reduction is created by WelfordReduction.create, which never calls "
         "it: the list guards against a future caller, no program reaches it",
+    ),
+    # the third reach pass: a split asked when fusion pairs are ranked, a
+    # prepended split refused for its depth, tiled statistics asked again
+    # after a refused fusion, an outer-loop fusion a partner asks to merge.
+    # The last three survive their seeds; why is not established (the last
+    # leaves the depth stale until merge_loops_consistently sets it again,
+    # and no program yet shows a decision read in between go wrong).
+    Mutant(
+        "0003",
+        "split-applied-when-ranked",
+        SPLIT,
+        "    if not under_rollback_scope(leaves):\n        return True\n"
+        "    _apply_split",
+        "    _apply_split",
+        "rollback",
+        cost_only="a split reindexes the consumer's loops into a factorization "
+        "of the same iterations, each computing what it did: applied when the "
+        "pairs are ranked and never rolled back, it changes the consumer's "
+        "loops and what fuses with them, not a value",
+    ),
+    Mutant(
+        "0020",
+        "prepend-depth-unchecked",
+        PREPEND,
+        "        if _fusion_depth(scheduler, node1, node2) == depth:\n"
+        "            score = block_fusion_score_at",
+        "        if True:\n            score = block_fusion_score_at",
+        "check",
+    ),
+    Mutant(
+        "0019",
+        "untiled-statistics-scored",
+        TILES,
+        "    if sizes is None or depth != len(sizes) - 1 or depth < 1:\n"
+        "        return 0\n    return _extended_fusion_score",
+        "    if sizes is None or depth < 1:\n"
+        "        return 0\n    return _extended_fusion_score",
+        "check",
+    ),
+    Mutant(
+        "0015",
+        "outer-loop-fusion-merged-for-a-partner",
+        LOAF,
+        "    if isinstance(node, OuterLoopFusedSchedulerNode):\n"
+        "        # Merging its members",
+        "    if False:\n        # Merging its members",
+        "check",
     ),
 )
 
