@@ -1213,9 +1213,12 @@ ALL_MUTANTS = (
     # the third reach pass: a split asked when fusion pairs are ranked, a
     # prepended split refused for its depth, tiled statistics asked again
     # after a refused fusion, an outer-loop fusion a partner asks to merge.
-    # The last three survive their seeds; why is not established (the last
-    # leaves the depth stale until merge_loops_consistently sets it again,
-    # and no program yet shows a decision read in between go wrong).
+    # All four survive their seeds.  The first three are argued cost-only,
+    # the prepend's with one gap (an outer-loop fusion whose members came to
+    # share one pointwise loop space after it was formed would pass the split
+    # check; no route to one is known).  The last leaves the depth stale
+    # until merge_loops_consistently sets it again; no program yet shows a
+    # decision taken in between go wrong, and it is not argued.
     Mutant(
         "0003",
         "split-applied-when-ranked",
@@ -1237,6 +1240,16 @@ ALL_MUTANTS = (
         "            score = block_fusion_score_at",
         "        if True:\n            score = block_fusion_score_at",
         "check",
+        cost_only="the backend's depth for the split producer and the "
+        "outer-loop fusion it joins is that fusion's depth or 0 "
+        "(_get_outer_loop_fusion_depth: an outer-loop fused node2 gives its own "
+        "depth or none; a plain node2 whose loops are the split's outer ones "
+        "gives their number); at 0 a positive score still meets the backend's "
+        "can_fuse_vertical, which refuses (no element-wise fusion with an "
+        "outer-loop fused node, no outer loop, and 0003's split takes no "
+        "consumer with reductions or of members joined by block), and the "
+        "tracker undoes the split: only the pair's retry by reindexing, which "
+        "the positive score skips, and the refusal cache differ",
     ),
     Mutant(
         "0019",
@@ -1247,6 +1260,16 @@ ALL_MUTANTS = (
         "    if sizes is None or depth < 1:\n"
         "        return 0\n    return _extended_fusion_score",
         "check",
+        cost_only="statistics whose tiled flag outlived a refused fusion "
+        "(loops rolled back, the flag not) are scored at their own fusion "
+        "depth: positive only where the backend fuses the pair over that many "
+        "loops and block_fusion_score_at finds every read of their outputs in "
+        "its block, so the consumer joins an element-wise outer-loop fusion "
+        "block by block, which 0009 declines for its codegen fallback's cost "
+        "(one nest per member, in order), not for its values; the tile path "
+        "is then not tried (the seed: statistics over (2, 32, 32) at depth 3, "
+        "the consumer's loops reordered to (2, 32, 32, 48): backend depth 3, "
+        "block score 0: the pair goes on as without the mutant)",
     ),
     Mutant(
         "0015",
