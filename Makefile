@@ -41,7 +41,7 @@ PYTORCH_SRC ?=
 MAX_JOBS ?= $(shell nproc)
 BUILD_PYTHON ?= python
 
-.PHONY: help install stock-venv cross-compiler test test-setup test-versions test-release test-slow test-all verify uninstall status demo bench bench-shapes bench-models bench-pyhpc bench-compile-time model-deps bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
+.PHONY: help install stock-venv cross-compiler test test-setup test-versions test-release test-slow test-all verify uninstall status demo bench bench-shapes bench-models bench-pyhpc bench-alloc bench-compile-time model-deps bench-counts codegen-digest fuzz fuzz-mutants build wheel rebase-check pr lint fuzz-merge upstream-test upstream-test-merge clean
 
 help:
 	@echo "make install     .venv: torch $(TORCH_VERSION) + test deps, overlay applied"
@@ -58,6 +58,7 @@ help:
 	@echo "make bench       benchmarks: eager vs stock vs patched -> bench/results/"
 	@echo "make bench-shapes  the same over normalizations of many shapes"
 	@echo "make bench-models  random-init transformers/diffusers models and their norms"
+	@echo "make bench-alloc   eager and compiled under glibc malloc (default, tuned), jemalloc, tcmalloc"
 	@echo "                 (TORCHBENCH_SRC=checkout: TorchBench's pyhpc models too)"
 	@echo "make bench-pyhpc TORCHBENCH_SRC=checkout  TorchBench's pyhpc models alone"
 	@echo "make bench-compile-time  CPU seconds of compiling: stock, loop ordering off, shipped"
@@ -285,6 +286,13 @@ bench-pyhpc: install
 	$(VENV_PY) -m tools.bench_models --suite pyhpc $(BENCH_PYHPC_ARGS)
 	@case " $(BENCH_PYHPC_ARGS) " in *" --quick "*) ;; \
 	  *) $(VENV_PY) -m tools.results_pages --publish pyhpc ;; esac
+
+# make bench-alloc: tools/bench_alloc.py, eager and compiled under glibc's
+# default malloc, its tunables, jemalloc and tcmalloc (each preloaded where
+# Debian's libjemalloc2 / libtcmalloc-minimal4 is installed) -> bench/results/alloc.md
+BENCH_ALLOC_ARGS ?=
+bench-alloc: install
+	$(VENV_PY) -m tools.bench_alloc $(BENCH_ALLOC_ARGS)
 
 # make fuzz: tools/fuzz (docs/fuzzing.md).  Empty values take the profile's
 # defaults (dev: 300 s; a random seed, printed).  Failures -> test/regressions/.
