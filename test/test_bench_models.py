@@ -231,3 +231,32 @@ def test_instance_norm_replays_at_upstreams_3d_shape():
     case = bm.OpCase("instance_norm", (32, 8, 16), (0, 1, 2), ())
     fn, (x,), _ = bm.op_workload(case).make()
     assert fn(x).shape == (32, 8, 16)
+
+
+@pytest.mark.parametrize("malloc", ["tuned", "default"])
+def test_the_suites_run_under_the_chosen_allocator(monkeypatch, tmp_path, malloc):
+    import types
+
+    from tools import bench
+
+    seen = {}
+
+    def run(args, env):
+        seen.update(env)
+        (tmp_path / "out.json").write_text("{}")
+        return types.SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(bm.subprocess, "run", run)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.perturb=1")
+    opts = argparse.Namespace(
+        suite="ops", threads="1", reps=1, only="", quick=False, profile=False,
+        malloc=malloc,
+    )  # fmt: skip
+    bm._run_child(opts, tmp_path / "out.json")
+    expected = {"tuned": bench.NO_PAGE_FAULT_TUNABLES, "default": None}[malloc]
+    assert seen.get("GLIBC_TUNABLES") == expected
+    assert bm._allocator(malloc) == (
+        "glibc's default malloc"
+        if malloc == "default"
+        else f"GLIBC_TUNABLES={bench.NO_PAGE_FAULT_TUNABLES}"
+    )

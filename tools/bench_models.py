@@ -986,10 +986,12 @@ def geomean(values):
 
 
 def _run_child(opts, out: Path) -> dict:
-    """Run the suites in a child with GLIBC_TUNABLES set.  The child rewrites
+    """Run the suites in a child under ``opts.malloc`` (by default glibc's
+    malloc with tunables that keep freed memory).  The child rewrites
     ``out`` after every row: a run cut short still reports what it timed."""
-    env = dict(os.environ)
-    env["GLIBC_TUNABLES"] = bench.NO_PAGE_FAULT_TUNABLES
+    from tools import bench_alloc
+
+    env = bench_alloc.environment(opts.malloc, dict(os.environ))
     args = [
         sys.executable,
         "-m",
@@ -1072,6 +1074,13 @@ def main(argv=None) -> int:
         help="run the suite in N processes one after another; ratios show "
         "the median of the processes and their range",
     )
+    parser.add_argument(
+        "--malloc",
+        default="tuned",
+        help="the allocator (tools/bench_alloc.py's: default, tuned, jemalloc, "
+        "jemalloc-kept, tcmalloc); results of another than tuned go to "
+        "files named after it",
+    )
     parser.add_argument("--out", type=Path, default=bench.RESULTS_DIR)
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
@@ -1104,6 +1113,8 @@ def main(argv=None) -> int:
     stem = (PYHPC_STEM if opts.suite == "pyhpc" else RESULTS_STEM) + (
         "_quick" if opts.quick else ""
     )
+    if opts.malloc != "tuned":
+        stem += f"_{opts.malloc}"
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / f"{stem}.md").write_text(text)
     (opts.out / f"{stem}.json").write_text(json.dumps(result, indent=2))
@@ -1115,6 +1126,15 @@ def main(argv=None) -> int:
     if bench._chart(chart_rows, opts.out / f"{stem}.png"):
         print(f"chart: {opts.out / f'{stem}.png'}")
     return 0
+
+
+def _allocator(malloc: str) -> str:
+    """The allocator settings of a run, as the header shows them."""
+    from tools import bench_alloc
+
+    env = bench_alloc.environment(malloc, {})
+    settings = ", ".join(f"{key}={value}" for key, value in sorted(env.items()))
+    return settings or "glibc's default malloc"
 
 
 def _header(opts, result) -> str:
@@ -1132,7 +1152,8 @@ def _header(opts, result) -> str:
     return (
         f"torch {result['torch']}, {platform.machine()}, {os.cpu_count()} cores, "
         f"{stamp}{' (--quick)' if opts.quick else ''}; "
-        f"GLIBC_TUNABLES={bench.NO_PAGE_FAULT_TUNABLES}; "
+        + _allocator(opts.malloc)
+        + "; "
         f"medians of {opts.reps} interleaved reps (ops and pyhpc over "
         f"{bench.INPUT_COPIES} staggered "
         f"input copies, models over {MODEL_INPUT_COPIES}); ratios are medians of "
