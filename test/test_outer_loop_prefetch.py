@@ -35,6 +35,9 @@ PREFETCH = re.compile(
 
 @pytest.fixture
 def cache_of(monkeypatch):
+    # rows of a page are prefetched (not on AMD's CPUs: tested below)
+    monkeypatch.setenv(costs.SHORT_ROW_PREFETCH_ENV, "1")
+
     def set_size(nbytes: int) -> None:
         monkeypatch.setattr(costs, "last_level_cache_bytes", lambda: nbytes)
 
@@ -207,3 +210,29 @@ def test_a_first_pass_bound_by_its_math_is_not_prefetched(cache_of):
     on = compile_shipped_and_inspect(bias_gelu_layernorm, (torch.randn(512, 768),))
     assert on.nests == [1] and "erf" in on.code
     assert "prefetch_ahead" not in on.code
+
+
+@requires_vectors
+def test_rows_of_a_page_are_left_to_amds_hardware_prefetcher(cache_of, monkeypatch):
+    monkeypatch.setenv(costs.SHORT_ROW_PREFETCH_ENV, "")  # the vendor's answer
+    monkeypatch.setattr(costs, "cpu_vendor", lambda: "AuthenticAMD")
+    cache_of(1 << 20)
+    fn, args = torch.nn.LayerNorm(1024), (torch.randn(512, 1024),)  # rows of 4 KiB
+    assert "prefetch_ahead(" not in compile_shipped_and_inspect(fn, args).code
+    # a group of 32 KiB is still prefetched
+    cache_of(64 << 10)
+    fn, args = torch.nn.GroupNorm(4, 32), (torch.randn(2, 32, 32, 32),)
+    assert len(PREFETCH.findall(compile_shipped_and_inspect(fn, args).code)) == 1
+
+
+def test_the_vendors_answer_and_its_override(monkeypatch):
+    monkeypatch.setenv(costs.SHORT_ROW_PREFETCH_ENV, "")
+    answers = [("AuthenticAMD", False), ("GenuineIntel", True), ("", True)]
+    for vendor, short_rows in answers:
+        monkeypatch.setattr(costs, "cpu_vendor", lambda vendor=vendor: vendor)
+        assert costs.prefetches_short_rows() is short_rows
+    monkeypatch.setenv(costs.SHORT_ROW_PREFETCH_ENV, "1")
+    assert costs.prefetches_short_rows()
+    monkeypatch.setenv(costs.SHORT_ROW_PREFETCH_ENV, "0")
+    monkeypatch.setattr(costs, "cpu_vendor", lambda: "GenuineIntel")
+    assert not costs.prefetches_short_rows()

@@ -281,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cache_bytes is not None:
         os.environ["TORCHINDUCTOR_CPP_STREAMING_CACHE_BYTES"] = str(args.cache_bytes)
+        # the code of a cache size, not of the host's CPU vendor (0014's
+        # short rows): the same on every machine
+        os.environ["TORCHINDUCTOR_CPP_PREFETCH_SHORT_ROWS"] = "1"
     manifest = generate(
         args.isa, args.out, args.only, args.threads, args.fuzz_sample,
         args.fuzz_seed, args.overlay_off,

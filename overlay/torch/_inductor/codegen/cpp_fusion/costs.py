@@ -91,6 +91,14 @@ MIN_STREAMED_FRACTION = 32
 # How far ahead the last pass of an outer-loop fused kernel prefetches the
 # next rows (0014), rounded up to whole outer iterations.
 LOOKAHEAD_BYTES = 16 << 10
+# Rows (one outer iteration of a prefetched buffer) of at most a page are
+# prefetched only where the hardware prefetcher stops at each page (Intel's
+# cores): on AMD's, the prefetches of the next LayerNorm rows of 4 KiB made
+# the kernel slower, while groups and rows longer than a page still gained
+# (docs/design-measurements.md#0014).
+PAGE_BYTES = 4096
+# "1" or "0" overrides the vendor's answer
+SHORT_ROW_PREFETCH_ENV = "TORCHINDUCTOR_CPP_PREFETCH_SHORT_ROWS"
 
 
 @functools.cache
@@ -112,6 +120,30 @@ def last_level_cache_bytes() -> int:
         elif text.isdigit():
             sizes.append(int(text))
     return max(sizes, default=_FALLBACK_LLC_BYTES)
+
+
+def prefetches_short_rows() -> bool:
+    """Whether 0014 prefetches rows of at most ``PAGE_BYTES``: the
+    override in $TORCHINDUCTOR_CPP_PREFETCH_SHORT_ROWS, else every CPU but
+    AMD's."""
+    override = os.environ.get(SHORT_ROW_PREFETCH_ENV, "")
+    if override in ("0", "1"):
+        return override == "1"
+    return cpu_vendor() != "AuthenticAMD"
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The ``vendor_id`` of /proc/cpuinfo, or "" where it does not say."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "vendor_id":
+            return value.strip()
+    return ""
 
 
 def stays_cached_below_bytes() -> int:

@@ -265,6 +265,8 @@ class _Rows:
         if not stride:
             return 0
         row_bytes = stride * self.step * 4  # float32
+        if row_bytes <= costs.PAGE_BYTES and not costs.prefetches_short_rows():
+            return 0  # the hardware prefetcher follows such rows on its own
         return math.ceil(costs.LOOKAHEAD_BYTES / row_bytes) * row_bytes
 
     def uses_only(self, index: sympy.Expr, loop_var) -> bool:
