@@ -8,7 +8,8 @@ With glibc's default malloc, an allocation of 32 MiB or more is a fresh
 before.  The other benches run under GLIBC_TUNABLES that keep freed memory
 (``bench.NO_PAGE_FAULT_TUNABLES``); users mostly run without them.  This
 bench runs the same workloads, eager, compiled stock (every overlay flag
-off) and compiled with the overlay as shipped, under each allocator a user can pick without rebuilding anything:
+off) and compiled with the overlay as shipped, under each allocator a user
+can pick without rebuilding anything:
 
 - ``default``: glibc's malloc as it comes;
 - ``tuned``: glibc's malloc with the tunables the benches use;
@@ -20,7 +21,7 @@ off) and compiled with the overlay as shipped, under each allocator a user can p
   (``JEMALLOC_KEPT``).
 
 Each allocator runs in its own process (one allocator per process is the
-only way to preload one).  In it, eager and compiled alternate repetition
+only way to preload one).  In it, the three alternate repetition
 by repetition over staggered input copies (``bench._time_interleaved``: each
 timed call includes freeing its output), and the minor page faults of each
 variant are counted over further calls (``getrusage``).  The table gives
