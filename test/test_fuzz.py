@@ -470,8 +470,6 @@ def test_fuzz_ci_profile(tmp_path, monkeypatch):
     # the same programs then take the same branches on every machine of an
     # ISA (a program's own cache size still overrides it)
     monkeypatch.setenv(CACHE_BYTES_ENV, str(32 << 20))
-    # and 0014's rows of a page prefetched whatever the host's CPU vendor
-    monkeypatch.setenv("TORCHINDUCTOR_CPP_PREFETCH_SHORT_ROWS", "1")
     cache, budget = tmp_path / "cache", 4 << 20
     lines: list[str] = []
 

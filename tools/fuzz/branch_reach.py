@@ -246,10 +246,10 @@ _CPU_NODE_KINDS = (
     "FOREACH feature), combo kernel or mix-order reduction (Triton's)"
 )
 _VENDOR = (
-    "the host's CPU vendor, not a program: make test's campaign pins "
-    "0014's answer for rows of a page ($TORCHINDUCTOR_CPP_PREFETCH_SHORT_ROWS=1) "
-    "so that its reach is the same on every host; test_outer_loop_prefetch.py "
-    "takes the other answer"
+    "the host's CPU vendor, not a program: the fuzzer pins 0014's answer "
+    "for rows of a page ($TORCHINDUCTOR_CPP_PREFETCH_SHORT_ROWS=1, "
+    "tools/fuzz/check.py) so that its reach is the same on every host; "
+    "test_outer_loop_prefetch.py takes the other answer"
 )
 UNREACHED_REASONS: dict[str, str] = {
     f"{_CODEGEN}/costs.py::last_level_cache_bytes: *": (

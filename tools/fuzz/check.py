@@ -38,6 +38,10 @@ from . import reach, same_kernels
 from .program import CONFIGS, FuzzCase
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# 0014 prefetches rows of a page or less on every CPU but AMD's
+# (costs.prefetches_short_rows): the fuzzed programs take its code, and
+# reach the same branches, whatever CPU runs them
+os.environ.setdefault("TORCHINDUCTOR_CPP_PREFETCH_SHORT_ROWS", "1")
 if str(REPO_ROOT / "test") not in sys.path:
     sys.path.insert(0, str(REPO_ROOT / "test"))  # compile_utils lives with the tests
 
