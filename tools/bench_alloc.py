@@ -52,9 +52,9 @@ PRELOADED = {
     "jemalloc-kept": "libjemalloc.so.2",
     "tcmalloc": "libtcmalloc_minimal.so.4",
 }
-# jemalloc returns freed pages to the kernel after a decay time, and at
-# once for allocations above its oversize threshold (8 MiB): without decay
-# it keeps them, as the tuned glibc does
+# jemalloc as it comes returned freed blocks of 8 MiB and more to the kernel
+# at once (docs/results.md, "The allocator"); with no decay it keeps them,
+# as the tuned glibc does
 JEMALLOC_KEPT = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
 DEBIAN_PACKAGES = {
     "libjemalloc.so.2": "libjemalloc2",
