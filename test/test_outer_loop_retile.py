@@ -17,6 +17,7 @@ from torch._inductor.codegen.cpp_fusion import costs
 from compile_utils import compile_and_run
 from compile_utils import compile_shipped_and_inspect as compile_and_inspect
 from compile_utils import LOOP_ORDERING_OFF, requires_vectors, SEED_CONFIG
+from compile_utils import vector_lanes
 from compile_utils import recording, run_independent
 from torch.testing import FileCheck
 
@@ -584,3 +585,61 @@ def test_without_the_early_refusal_the_attempt_is_generated_and_refused(
     assert late.retiled == 0
     assert len(retile_attempts) > 0
     assert run_independent(late.code) == run_independent(early.code)
+
+
+# --- the code guard: a merged body fetched for a few vectors ----------------
+
+
+@pytest.fixture
+def tiny_instruction_cache(monkeypatch):
+    """An instruction cache smaller than a LayerNorm's merged body, so that
+    the code guard's second condition (vector iterations per kernel) decides."""
+    monkeypatch.setattr(costs, "instruction_cache_bytes", lambda: 64)
+
+
+@requires_vectors  # the retile repairs a vector tiling
+def test_short_rows_with_a_body_out_of_the_cache_keep_stocks_nests(
+    tiny_instruction_cache,
+):
+    # Rows of two vectors: each kernel would run two vector iterations per
+    # fetch of the whole body.
+    width = 2 * vector_lanes()
+    x = torch.randn(37, width)
+    ln = layer_norm(width)
+    stock = compile_and_inspect(ln, (x,), overlay=False)
+    patched = compile_and_inspect(ln, (x,))
+    assert patched.retiled == 0
+    assert patched.nests == stock.nests
+    assert patched.nests != [1]
+
+
+@requires_vectors
+def test_long_rows_merge_whatever_the_instruction_cache(tiny_instruction_cache):
+    # Rows of 16 vectors: weighted by their ops, LayerNorm's kernels run
+    # more than 8 vector iterations each per row (its mean kernel, one).
+    width = 16 * vector_lanes()
+    patched = compile_and_inspect(layer_norm(width), (torch.randn(37, width),))
+    assert patched.retiled == 1
+    assert patched.nests == [1]
+
+
+@requires_vectors
+def test_short_rows_merge_while_the_body_fits_the_instruction_cache():
+    width = 2 * vector_lanes()
+    patched = compile_and_inspect(layer_norm(width), (torch.randn(37, width),))
+    assert patched.retiled == 1
+    assert patched.nests == [1]
+
+
+def test_code_guard_needs_both_a_large_body_and_few_iterations(monkeypatch):
+    monkeypatch.setattr(costs, "instruction_cache_bytes", lambda: 32 << 10)
+    large = 4096  # ops: 64 KiB of code
+    assert costs.refetches_code(large, 1.6)
+    assert not costs.refetches_code(large, costs.MIN_VECTOR_ITERATIONS_PER_FETCH)
+    assert not costs.refetches_code(32, 1.6)
+
+
+def test_instruction_cache_comes_from_sysfs_or_the_fallback():
+    size = costs.instruction_cache_bytes()
+    assert size > 0 and size & (size - 1) == 0  # a power of two
+    assert size < costs.last_level_cache_bytes()

@@ -251,10 +251,26 @@ _VENDOR = (
     "tools/fuzz/check.py) so that its reach is the same on every host; "
     "test_outer_loop_prefetch.py takes the other answer"
 )
+_SYSFS = (
+    "the machine's sysfs cache sizes, not a program: sizes written "
+    "without a K/M/G unit, or not a number"
+)
+_LARGE_BODY = (
+    "a merged body whose code overflows the instruction cache: over 2,048 "
+    "loop-body ops at 32 KiB, where the generator's programs make fused "
+    "nodes of a few dozen; TorchBench's turbulent_kinetic_energy takes it "
+    "(make bench-pyhpc), and test_outer_loop_retile.py with a small cache"
+)
 UNREACHED_REASONS: dict[str, str] = {
+    "*retile.py::OuterLoopRetile.accepts: if self.refetches_code(proxies): "
+    "-> return False": _LARGE_BODY,
+    "*retile.py::OuterLoopRetile.refetches_code: if refetches_code(sum(ops), "
+    "mean): -> log_retile(*": _LARGE_BODY,
+    f"{_CODEGEN}/costs.py::_sysfs_caches: *": _SYSFS,
     f"{_CODEGEN}/costs.py::last_level_cache_bytes: *": (
-        "the machine's sysfs cache sizes, not a program: sizes written "
-        "without a K/M/G unit, or not a number"
+        "make test's campaign pins the last-level cache at 32 MiB "
+        "(test_fuzz.py), so that its reach is the same on every host: sysfs "
+        "is read there for the instruction cache only"
     ),
     f"{_CODEGEN}/costs.py::prefetches_short_rows: *": _VENDOR,
     f"{_CODEGEN}/costs.py::cpu_vendor: *": _VENDOR,

@@ -108,18 +108,63 @@ def last_level_cache_bytes() -> int:
     override = os.environ.get(CACHE_BYTES_ENV, "")
     if override.isdigit():
         return int(override)
-    sizes = []
+    sizes = [size for _, _, size in _sysfs_caches()]
+    return max(sizes, default=_FALLBACK_LLC_BYTES)
+
+
+@functools.cache
+def instruction_cache_bytes() -> int:
+    """Size of the first-level instruction cache: sysfs, else 32 KiB."""
+    sizes = [
+        size
+        for level, kind, size in _sysfs_caches()
+        if level == 1 and kind == "Instruction"
+    ]
+    return min(sizes, default=_FALLBACK_L1I_BYTES)
+
+
+def _sysfs_caches() -> list[tuple[int, str, int]]:
+    """``(level, type, bytes)`` of each cache of cpu0 that sysfs lists."""
+    caches = []
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
         try:
             text = (index / "size").read_text().strip()
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
         except OSError:
             continue
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
         if text and text[-1] in units and text[:-1].isdigit():
-            sizes.append(int(text[:-1]) * units[text[-1]])
+            size = int(text[:-1]) * units[text[-1]]
         elif text.isdigit():
-            sizes.append(int(text))
-    return max(sizes, default=_FALLBACK_LLC_BYTES)
+            size = int(text)
+        else:
+            continue
+        caches.append((int(level) if level.isdigit() else 0, kind, size))
+    return caches
+
+
+# The first-level instruction cache when sysfs does not say.
+_FALLBACK_L1I_BYTES = 32 << 10
+# Machine code one loop-body op compiles to in a C++ kernel, its vector loop
+# and its tail together (GCC 12, AVX-512: a fused nest of 2,619 ops is a loop
+# of 40 KiB).
+CODE_BYTES_PER_OP = 16
+# A fused outer loop whose body is larger than the instruction cache fetches
+# its code again on every outer iteration, and each kernel's code runs for
+# its few vector iterations in between: each kernel must run at least this
+# many of them per outer iteration for the fetches to cost little
+# (docs/design-measurements.md, "0002 ... code that leaves the cache").
+MIN_VECTOR_ITERATIONS_PER_FETCH = 8
+
+
+def refetches_code(ops: int, vector_iterations: float) -> bool:
+    """Whether a fused outer loop spends its time fetching its code: its
+    body's ``ops`` overflow the instruction cache, and its kernels run
+    ``vector_iterations`` vector iterations each per outer iteration, on
+    average, between two fetches of their code."""
+    overflows = ops * CODE_BYTES_PER_OP > instruction_cache_bytes()
+    return overflows and vector_iterations < MIN_VECTOR_ITERATIONS_PER_FETCH
 
 
 def prefetches_short_rows() -> bool:

@@ -36,6 +36,7 @@ from ..costs import (
     SMALL_KERNEL_ITERATIONS,
     VECTOR_LANES,
     balances_over_threads,
+    refetches_code,
     rows_feed_every_thread,
 )
 
@@ -133,6 +134,23 @@ def _first_inner_range(proxy: CppKernelProxy, depth: int) -> int:
     return size_hint(ranges[depth]) if len(ranges) > depth else 0
 
 
+def _vector_iterations_below(proxy: CppKernelProxy, depth: int) -> float:
+    """Iterations of the kernel's loops below the fusion depth, counted in
+    vectors of its tiling (scalar kernels count each element)."""
+    ranges = proxy.call_ranges or ()
+    elements = math.prod(size_hint(size) for size in ranges[depth:])
+    lanes = max(
+        (k.tiling_factor for k in proxy.kernels if isinstance(k, CppVecKernel)),
+        default=1,
+    )
+    return elements / lanes
+
+
+def _ops(member) -> int:
+    """Loop-body ops of an outer-loop fused node's member (its code size)."""
+    return sum(sum(sn.loop_body.op_counts.values()) for sn in member.get_nodes())
+
+
 def _iterations(proxy: CppKernelProxy) -> int:
     """Number of scalar iterations of the kernel's loop body (its work)."""
     return math.prod(size_hint(size) for size in proxy.call_ranges or ())
@@ -219,6 +237,8 @@ class OuterLoopRetile:
             return False
         if not self._keeps_vector_work(proxies):
             return False
+        if self.refetches_code(proxies):
+            return False
         log_retile(self.node, "merged with re-tiled kernels (depth %d)", self.depth)
         metrics.cpp_outer_loop_retiled += 1
         return True
@@ -278,6 +298,37 @@ class OuterLoopRetile:
             )
             return False
         return True
+
+    def refetches_code(self, proxies: Sequence[CppKernelProxy]) -> bool:
+        """Code guard: the merged body must not be fetched for a few vectors.
+
+        Merged, every outer iteration runs each kernel's loops below the
+        depth once, and then the next kernel's.  Where the kernels' code
+        together overflows the instruction cache, each outer iteration
+        fetches all of it again, and a kernel that runs one or two vector
+        iterations per outer iteration spends more time fetching its code
+        than running it.  Stock's separate nests keep each kernel's code hot
+        over all its iterations; a shallower depth (0018) gives each kernel
+        more work per fetch.  The iterations are averaged over the kernels
+        weighted by their ops: a per-row kernel of a few ops (LayerNorm's
+        mean) runs once per row whatever the depth, and costs little code.
+        (TorchBench's turbulent_kinetic_energy: 26 kernels over columns of
+        26 floats, 2,619 ops.)
+        """
+        ops = [_ops(member) for member in self.node.get_outer_nodes()]
+        iterations = [_vector_iterations_below(p, self.depth) for p in proxies]
+        # each kernel's code runs its iterations per fetch of that code
+        mean = sum(o * i for o, i in zip(ops, iterations)) / max(sum(ops), 1)
+        if refetches_code(sum(ops), mean):
+            log_retile(
+                self.node,
+                "rejected: a body of %d ops is fetched for %.1f vector "
+                "iterations per kernel",
+                sum(ops),
+                mean,
+            )
+            return True
+        return False
 
     @staticmethod
     def _loses_vector_work(lost: int, work: int) -> bool:
