@@ -147,14 +147,15 @@ def _sysfs_caches() -> list[tuple[int, str, int]]:
 # The first-level instruction cache when sysfs does not say.
 _FALLBACK_L1I_BYTES = 32 << 10
 # Machine code one loop-body op compiles to in a C++ kernel, its vector loop
-# and its tail together (GCC 12, AVX-512: a fused nest of 2,619 ops is a loop
-# of 40 KiB).
+# and its tail together (read off one compiled fused nest: the design
+# measurements of 0002).
 CODE_BYTES_PER_OP = 16
 # A fused outer loop whose body is larger than the instruction cache fetches
 # its code again on every outer iteration, and each kernel's code runs for
 # its few vector iterations in between: each kernel must run at least this
 # many of them per outer iteration for the fetches to cost little
-# (docs/design-measurements.md, "0002 ... code that leaves the cache").
+# (docs/design-measurements.md, 0002, "Code that leaves the instruction
+# cache").
 MIN_VECTOR_ITERATIONS_PER_FETCH = 8
 
 
