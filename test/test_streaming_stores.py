@@ -10,6 +10,10 @@ with eager, which stores are streamed, and the guards.
 from __future__ import annotations
 
 import contextlib
+import os
+import platform
+import subprocess
+import sys
 import types
 
 import pytest
@@ -18,6 +22,7 @@ import torch
 import torch._inductor.codegen.cpp_fusion.emitters.streaming_stores as streaming
 import torch._inductor.codegen.cpp_fusion.costs as costs
 from compile_utils import compile_shipped_and_inspect, requires_vectors, vector_lanes
+from tools import bench
 from torch._inductor.codegen.common import InplacedBuffer, KernelArgs
 from torch._inductor.utils import IndentedBuffer
 from torch._inductor.virtualized import V
@@ -133,13 +138,18 @@ def test_scalar_kernels_store_as_before(cache_of):
 def large_float_buffers(monkeypatch):
     monkeypatch.setattr(streaming, "buffer_bytes", lambda name: 64 << 20)
     monkeypatch.setattr(streaming, "_dtype", lambda name: torch.float32)
+    monkeypatch.setenv(costs.FRESH_PAGES_ENV, "0")  # whatever this allocator does
 
 
 @contextlib.contextmanager
 def _no_graph():
     """A graph handler without a scheduler, for kernel groups built by hand."""
     graph = types.SimpleNamespace(
-        scheduler=None, removed_buffers=set(), inplaced_to_remove=set()
+        scheduler=None,
+        removed_buffers=set(),
+        inplaced_to_remove=set(),
+        graph_inputs={"arg0_1": None},
+        constants={},
     )
     with V.set_graph_handler(graph):
         yield
@@ -189,6 +199,68 @@ def test_small_output_is_not_streamed(large_float_buffers, monkeypatch, cache_of
         cache_of(32 << 20)  # outputs under 1 MiB stay in cache
         monkeypatch.setattr(streaming, "buffer_bytes", lambda name: 64 << 10)
         assert streaming._streamable_buffers(_group(set()), {"buf0"}) == set()
+
+
+@requires_vectors
+def test_output_in_pages_mapped_afresh_is_not_streamed(cache_of, monkeypatch):
+    # an allocator that returns each call's output to the kernel: the pages
+    # fault in on the first store, and a streaming store does not pay there
+    cache_of(1 << 20)
+    fn, args = layernorm(1024)
+    monkeypatch.setenv(costs.FRESH_PAGES_ENV, "1")
+    fresh = compile_shipped_and_inspect(fn, args, extra_config=ONE_THREAD)
+    monkeypatch.setenv(costs.FRESH_PAGES_ENV, "0")
+    kept = compile_shipped_and_inspect(fn, args, extra_config=ONE_THREAD)
+    assert STREAMED not in fresh.code and "stream_fence();" not in fresh.code
+    assert kept.code.count(STREAMED) == 1
+    assert fresh.nests == kept.nests == [1]
+
+
+def test_a_graph_input_written_in_place_streams_in_any_allocator(
+    large_float_buffers, monkeypatch
+):
+    monkeypatch.setenv(costs.FRESH_PAGES_ENV, "1")
+    with _no_graph():
+        # arg0_1 is the caller's memory, mutated in place: not allocated per call
+        assert streaming._streamable_buffers(_group(set()), {"arg0_1"}) == {"arg0_1"}
+        assert streaming._streamable_buffers(_group(set()), {"buf0"}) == set()
+
+
+_PROBE = """
+from torch._inductor.codegen.cpp_fusion import costs
+print(*(costs.allocator_maps_fresh_pages(mib << 20) for mib in (64, 1)))
+"""
+
+
+@pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+    reason="the probe's expectations are glibc's malloc",
+)
+@pytest.mark.parametrize(
+    "tunables, expected",
+    [
+        # glibc maps blocks of 32 MiB and more afresh on every allocation
+        ("", "True False"),
+        # the benches' tunables keep freed memory in the heap
+        (bench.NO_PAGE_FAULT_TUNABLES, "False False"),
+    ],
+)
+def test_the_allocator_probe_sees_which_blocks_come_back_mapped_afresh(
+    tunables, expected
+):
+    unset = ("GLIBC_TUNABLES", "LD_PRELOAD", costs.FRESH_PAGES_ENV)
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    if tunables:
+        env["GLIBC_TUNABLES"] = tunables
+    command = [sys.executable, "-c", _PROBE]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-2:] == expected.split()
+
+
+def test_the_allocator_probe_can_be_overridden(monkeypatch):
+    for value in ("0", "1"):
+        monkeypatch.setenv(costs.FRESH_PAGES_ENV, value)
+        assert costs.allocator_maps_fresh_pages(64 << 20) is (value == "1")
 
 
 def test_a_store_line_streams_only_once_planned():

@@ -251,6 +251,12 @@ _VENDOR = (
     "tools/fuzz/check.py) so that its reach is the same on every host; "
     "test_outer_loop_prefetch.py takes the other answer"
 )
+_ALLOCATOR = (
+    "the process's allocator, not a program: the fuzzer pins 0013's answer "
+    "for memory allocated on every call ($TORCHINDUCTOR_CPP_FRESH_PAGES=0, "
+    "tools/fuzz/check.py) so that its reach is the same under any allocator; "
+    "test_streaming_stores.py takes the other answer and the probe's"
+)
 _SYSFS = (
     "the machine's sysfs cache sizes, not a program: sizes written "
     "without a K/M/G unit, or not a number"
@@ -274,6 +280,10 @@ UNREACHED_REASONS: dict[str, str] = {
     ),
     f"{_CODEGEN}/costs.py::prefetches_short_rows: *": _VENDOR,
     f"{_CODEGEN}/costs.py::cpu_vendor: *": _VENDOR,
+    f"{_CODEGEN}/costs.py::allocator_maps_fresh_pages: *": _ALLOCATOR,
+    f"{_CODEGEN}/costs.py::_probe_fresh_pages: *": _ALLOCATOR,
+    "*streaming_stores.py::_streamable_buffers: if _allocated_fresh(names): "
+    "-> continue": _ALLOCATOR,
     "*prefetch.py::_Rows.ahead: if row_bytes <= costs.PAGE_BYTES and not "
     "costs.prefetches_short_rows(): -> return 0*": _VENDOR,
     f"{_CODEGEN}/emitters/accumulators.py::_unroll_pragma: *": (

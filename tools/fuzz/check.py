@@ -42,6 +42,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # (costs.prefetches_short_rows): the fuzzed programs take its code, and
 # reach the same branches, whatever CPU runs them
 os.environ.setdefault("TORCHINDUCTOR_CPP_PREFETCH_SHORT_ROWS", "1")
+# 0013 streams only into memory the allocator keeps between calls
+# (costs.allocator_maps_fresh_pages): the fuzzer takes that answer on every
+# host, whatever allocator runs it
+os.environ.setdefault("TORCHINDUCTOR_CPP_FRESH_PAGES", "0")
 if str(REPO_ROOT / "test") not in sys.path:
     sys.path.insert(0, str(REPO_ROOT / "test"))  # compile_utils lives with the tests
 

@@ -192,6 +192,51 @@ def cpu_vendor() -> str:
     return ""
 
 
+# "1" or "0" overrides the allocator probe's answer for every buffer size
+FRESH_PAGES_ENV = "TORCHINDUCTOR_CPP_FRESH_PAGES"
+# Probes round a buffer's size down to this unit, and ask once per size.
+_PROBE_UNIT_BYTES = 1 << 20
+# Allocations the probe makes and frees before those it checks: glibc moves
+# its mmap threshold and heap top as blocks are freed, and reaches what every
+# later call gets only after a few rounds; the checked rounds must all fault.
+_PROBE_WARM_ROUNDS = 8
+_PROBE_CHECKED_ROUNDS = 4
+
+
+def allocator_maps_fresh_pages(nbytes: int) -> bool:
+    """Whether a buffer of ``nbytes`` that the compiled code allocates on
+    every call gets pages the kernel has just mapped: the allocator returned
+    the last call's block to the kernel (glibc's default malloc from 32 MiB
+    on, jemalloc's defaults from 8 MiB).  The first store to each such page
+    faults, and the kernel zeroes the page before the kernel's store writes
+    it: streaming stores into such pages do not pay (0013's feature page).
+    $TORCHINDUCTOR_CPP_FRESH_PAGES overrides the probe."""
+    override = os.environ.get(FRESH_PAGES_ENV, "")
+    if override in ("0", "1"):
+        return override == "1"
+    return _probe_fresh_pages(max(nbytes // _PROBE_UNIT_BYTES, 1) * _PROBE_UNIT_BYTES)
+
+
+@functools.cache
+def _probe_fresh_pages(nbytes: int) -> bool:
+    """Allocate ``nbytes`` through torch's CPU allocator, as the compiled code's
+    wrapper does, touch a page and free it, a few times; then whether the
+    same touch faults in each of the next allocations."""
+    import resource
+
+    import torch
+
+    who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+    faults = []
+    for _ in range(_PROBE_WARM_ROUNDS + _PROBE_CHECKED_ROUNDS):
+        block = torch.empty(nbytes, dtype=torch.uint8)
+        before = resource.getrusage(who).ru_minflt
+        block[nbytes // 2] = 1
+        faults.append(resource.getrusage(who).ru_minflt > before)
+        del block
+    return all(faults[_PROBE_WARM_ROUNDS:])
+
+
 def stays_cached_below_bytes() -> int:
     """Buffers smaller than this stay in the last-level cache for their
     consumers (``MIN_STREAMED_FRACTION`` of it)."""
