@@ -22,7 +22,6 @@ import torch
 import torch._inductor.codegen.cpp_fusion.emitters.streaming_stores as streaming
 import torch._inductor.codegen.cpp_fusion.costs as costs
 from compile_utils import compile_shipped_and_inspect, requires_vectors, vector_lanes
-from tools import bench
 from torch._inductor.codegen.common import InplacedBuffer, KernelArgs
 from torch._inductor.utils import IndentedBuffer
 from torch._inductor.virtualized import V
@@ -226,6 +225,8 @@ def test_a_graph_input_written_in_place_streams_in_any_allocator(
         assert streaming._streamable_buffers(_group(set()), {"buf0"}) == set()
 
 
+# glibc's tunables of the benches (tools/bench.py): freed memory stays in the heap
+KEEP_FREED_MEMORY = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
 _PROBE = """
 from torch._inductor.codegen.cpp_fusion import costs
 print(*(costs.allocator_maps_fresh_pages(mib << 20) for mib in (64, 1)))
@@ -242,7 +243,7 @@ print(*(costs.allocator_maps_fresh_pages(mib << 20) for mib in (64, 1)))
         # glibc maps blocks of 32 MiB and more afresh on every allocation
         ("", "True False"),
         # the benches' tunables keep freed memory in the heap
-        (bench.NO_PAGE_FAULT_TUNABLES, "False False"),
+        (KEEP_FREED_MEMORY, "False False"),
     ],
 )
 def test_the_allocator_probe_sees_which_blocks_come_back_mapped_afresh(
