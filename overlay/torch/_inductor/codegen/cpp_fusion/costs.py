@@ -208,8 +208,9 @@ def allocator_maps_fresh_pages(nbytes: int) -> bool:
     every call gets pages the kernel has just mapped: the allocator returned
     the last call's block to the kernel (glibc's default malloc from 32 MiB
     on, jemalloc's defaults from 8 MiB).  The first store to each such page
-    faults, and the kernel zeroes the page before the kernel's store writes
-    it: streaming stores into such pages do not pay (0013's feature page).
+    faults, and the operating system zeroes the page before the compiled
+    code's store writes it: streaming stores into such pages do not pay
+    (0013's feature page).
     $TORCHINDUCTOR_CPP_FRESH_PAGES overrides the probe."""
     override = os.environ.get(FRESH_PAGES_ENV, "")
     if override in ("0", "1"):

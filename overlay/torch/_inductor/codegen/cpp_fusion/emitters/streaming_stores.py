@@ -228,12 +228,11 @@ def _streamable_buffers(kernel_group, stored: set[str]) -> set[str]:
         if is_buffer_removed(name) or memory_of_buffer(args, name) in read:
             continue
         names = names_of_memory(args, name)
-        if _allocated_fresh(names):
-            continue
         if all(
             _dtype(n) == torch.float32 and buffer_bytes(n) >= min_bytes for n in names
         ):
-            result.add(name)
+            if not _allocated_fresh(names):
+                result.add(name)
     return result
 
 
@@ -241,8 +240,11 @@ def _allocated_fresh(names: list[str]) -> bool:
     """Whether the memory of ``names`` comes from the allocator on every call
     as pages just mapped (``costs.allocator_maps_fresh_pages``): the wrapper
     allocates it, as it does every buffer but the graph's inputs and
-    constants, which a mutation writes in place."""
-    if any(n in V.graph.graph_inputs or n in V.graph.constants for n in names):
+    constants, which a mutation writes in place (under its own buffer name,
+    resolved as ``memory_of_buffer`` does)."""
+    real = V.graph.scheduler.mutation_real_name if V.graph.scheduler else {}
+    callers = {*V.graph.graph_inputs, *V.graph.constants}
+    if any(real.get(n, n) in callers for n in names):
         return False
     return costs.allocator_maps_fresh_pages(max(buffer_bytes(n) for n in names))
 
