@@ -9,6 +9,8 @@ that compile both ways show the difference the overlay makes.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -558,24 +560,54 @@ def retile_attempts(monkeypatch):
     return prepared
 
 
+@pytest.fixture
+def generated_kernels(monkeypatch):
+    """Every member kernel generated (one entry per CppKernelProxy.codegen_nodes)."""
+    from torch._inductor.codegen.cpp import CppKernelProxy
+
+    calls: list = []
+    real = CppKernelProxy.codegen_nodes
+    monkeypatch.setattr(CppKernelProxy, "codegen_nodes", recording(real, calls))
+    return calls
+
+
+@pytest.fixture
+def stock_first_attempt(monkeypatch):
+    """Turns first_attempt.py off: stock's attempt first, the re-tile after."""
+    from torch._inductor.codegen.cpp import CppScheduling
+
+    def off():
+        monkeypatch.setattr(
+            CppScheduling, "outer_loop_first_attempt", lambda self, node: None
+        )
+
+    return off
+
+
 @requires_vectors  # stock's attempt fails on the epilogue's vector tiling
-def test_a_refused_retile_generates_no_kernels(retile_attempts):
+def test_a_refused_retile_generates_no_more_kernels_than_stock(
+    retile_attempts, generated_kernels
+):
     fn, args = _two_small_linears()
     stock = compile_and_inspect(fn, args, overlay=False)
+    stock_kernels = len(generated_kernels)
     patched = compile_and_inspect(fn, args)
     assert patched.retiled == 0
     assert patched.nests == stock.nests
+    assert len(generated_kernels) == 2 * stock_kernels
     assert retile_attempts == []
 
 
 @requires_vectors
 def test_without_the_early_refusal_the_attempt_is_generated_and_refused(
-    retile_attempts, monkeypatch
+    retile_attempts, monkeypatch, stock_first_attempt
 ):
-    # The same program, the early refusal off: the attempt's kernels are
-    # generated, the guard refuses them, and the code is the same.
+    # The same program after stock's attempt, the early refusal off: the
+    # attempt's kernels are generated, the guard refuses them, and the code
+    # is the same.
     from torch._inductor.codegen.cpp_fusion.outer_loop.retile import OuterLoopRetile
 
+    stock_first_attempt()
     fn, args = _two_small_linears()
     early = compile_and_inspect(fn, args)
     monkeypatch.setattr(
@@ -585,6 +617,92 @@ def test_without_the_early_refusal_the_attempt_is_generated_and_refused(
     assert late.retiled == 0
     assert len(retile_attempts) > 0
     assert run_independent(late.code) == run_independent(early.code)
+
+
+# --- the first attempt: stock's kernels or the re-tile's, generated once ----
+
+
+def _without_aliases(code: str) -> list[str]:
+    """Code lines with ``auto out_ptrK = in_out_ptrJ;`` resolved: a kernel
+    that stores a buffer before a later member takes it in place stores it
+    through that alias, and after a failed attempt (which made the in-place
+    decision first) through the in-place name itself."""
+    lines = run_independent(code)
+    declaration = re.compile(r"\s*auto (out_ptr\d+) = (in_out_ptr\d+);$")
+    matches = [declaration.match(line) for line in lines]
+    alias = dict(match.groups() for match in matches if match)
+    kept = "\n".join(line for line, match in zip(lines, matches) if not match)
+    for name, inplace in alias.items():
+        kept = re.sub(rf"\b{name}\b", inplace, kept)
+    return kept.splitlines()
+
+
+def _first_attempt_against_stocks(fn, args, generated_kernels, stock_first_attempt):
+    """The program compiled with the first attempt, then with stock's attempt
+    first: both compiles and the kernels each generated."""
+    first = compile_and_inspect(fn, args)
+    first_kernels = len(generated_kernels)
+    stock_first_attempt()
+    generated_kernels.clear()
+    stock = compile_and_inspect(fn, args)
+    return first, first_kernels, stock, len(generated_kernels)
+
+
+@requires_vectors  # stock's attempt fails on the mean kernel's vector tiling
+def test_a_retiled_layernorm_generates_each_member_once(
+    generated_kernels, stock_first_attempt
+):
+    fn, args = layer_norm(1000), (torch.randn(37, 1000),)
+    first, kernels, stock, stock_kernels = _first_attempt_against_stocks(
+        fn, args, generated_kernels, stock_first_attempt
+    )
+    assert first.nests == stock.nests == [1]
+    assert first.retiled == stock.retiled == 1
+    assert stock_kernels == 2 * kernels  # stock's attempt, then the re-tile
+    assert _without_aliases(first.code) == _without_aliases(stock.code)
+
+
+@requires_vectors  # every member tiles the same fused level
+def test_kernels_that_merge_with_stocks_tiling_keep_it(
+    generated_kernels, stock_first_attempt
+):
+    # LayerNorm over the channels of an NCHW map: each member's stock tiling
+    # lies on the pixel loop, a fused level, and they all agree there.
+    def fn(x):
+        return F.layer_norm(x.permute(0, 2, 3, 1), (64,))
+
+    args = (torch.randn(2, 64, 16, 16),)
+    first, kernels, stock, stock_kernels = _first_attempt_against_stocks(
+        fn, args, generated_kernels, stock_first_attempt
+    )
+    assert first.nests == stock.nests == [1]
+    assert first.retiled == stock.retiled == 0
+    assert kernels == stock_kernels
+    assert run_independent(first.code) == run_independent(stock.code)
+
+
+@requires_vectors
+def test_a_member_that_took_stocks_tiling_first_leaves_the_retile_to_the_fallback(
+    generated_kernels, stock_first_attempt
+):
+    # A per-row scale tiles the row loop (the fused level), the row sum after
+    # it its columns, and the product after that the rows again: stock's
+    # attempt fails once the sum is selected, after the scale took stock's
+    # tiling, and the product takes the re-tile's.  Neither attempt's
+    # kernels: the fallbacks go on as after stock's attempt.
+    def fn(x, s):
+        r = torch.sigmoid(s) * 2
+        t = (x * r[:, None]).sum(-1)
+        return r, t * r
+
+    args = (torch.randn(256, 512), torch.randn(256))
+    first, kernels, stock, stock_kernels = _first_attempt_against_stocks(
+        fn, args, generated_kernels, stock_first_attempt
+    )
+    assert first.nests == stock.nests == [1]
+    assert first.retiled == stock.retiled == 1
+    assert kernels == stock_kernels
+    assert _without_aliases(first.code) == _without_aliases(stock.code)
 
 
 # --- the code guard: a merged body fetched for a few vectors ----------------

@@ -19,6 +19,7 @@ PACKAGE_DIR = "torch/_inductor/codegen/cpp_fusion/"
 # module imports codegen/cpp.py's classes (a cycle at the top).
 LOCAL_IMPORTS = {
     ("codegen/cpp.py", f"{PACKAGE}.outer_loop.fallbacks"),
+    ("codegen/cpp.py", f"{PACKAGE}.outer_loop.first_attempt"),
 }
 if "outer_loop_local_buffer_check" in flags.NAMES:  # 0006, in series before 2.14.1
     LOCAL_IMPORTS.add(("codegen/cpp.py", f"{PACKAGE}.outer_loop.retile"))

@@ -48,10 +48,12 @@ from torch._inductor.virtualized import V
 from .. import flag_requirements
 from ..scheduling import block_prepend
 from . import regroup, shallower
-from .retile import OuterLoopRetile
+from .retile import OuterLoopRetile, is_vectorized
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+
+    from .first_attempt import FirstAttempt
 
     from torch._inductor.codegen.cpp import (
         CppKernelProxy,
@@ -77,6 +79,9 @@ class FailedMerge:
     # before the node
     counters: tuple[int, int]
     fallbacks: tuple[OuterLoopFallback, ...]  # CppScheduling.outer_loop_fallbacks()
+    # CppScheduling.outer_loop_first_attempt(): what made the first attempt,
+    # None for stock's (first_attempt.py)
+    first: FirstAttempt | None = None
 
     def run(self) -> bool:
         """Run the enabled fallbacks in order until one generates the node;
@@ -92,6 +97,13 @@ class FailedMerge:
         if enabled:
             self.restore_counters()  # before stock's separate nests
         return False
+
+    @property
+    def stock_vectorized(self) -> list[bool]:
+        """Whether stock's attempt vectorized each member's kernel."""
+        if self.first is not None:
+            return self.first.stock_vectorized()
+        return [is_vectorized(proxy) for proxy in self.stock_proxies]
 
     def restore_counters(self) -> None:
         vec_kernels, kernels = self.counters
@@ -118,7 +130,11 @@ class Retile(OuterLoopFallback):
     flag = "outer_loop_fusion_retile"
 
     def attempts(self, failed: FailedMerge) -> Iterator[Attempt]:
-        retile = OuterLoopRetile.for_failed_attempt(failed.node, failed.stock_proxies)
+        if failed.first is not None and failed.first.retile_decided:
+            return  # the first attempt's kernels were the re-tile's, refused
+        retile = OuterLoopRetile.for_failed_attempt(
+            failed.node, failed.stock_proxies, failed.stock_vectorized
+        )
         if retile is not None:
             yield functools.partial(failed.merge, failed.node, retile)
 
@@ -149,7 +165,7 @@ class Shallower(OuterLoopFallback):
 
     def attempts(self, failed: FailedMerge) -> Iterator[Attempt]:
         attempts = shallower.shallower_attempts(
-            failed.node, failed.stock_proxies
+            failed.node, failed.stock_proxies, failed.stock_vectorized
         )
         for shallow, retile in attempts:
             yield functools.partial(failed.merge, shallow, retile)

@@ -180,16 +180,21 @@ class OuterLoopRetile:
 
     @classmethod
     def for_failed_attempt(
-        cls, node: OuterLoopFusedSchedulerNode, proxies: Sequence[CppKernelProxy]
+        cls,
+        node: OuterLoopFusedSchedulerNode,
+        proxies: Sequence[CppKernelProxy],
+        vectorized: list[bool],
     ) -> OuterLoopRetile | None:
-        """Return an attempt when re-tiling could repair the failed merge."""
+        """Return an attempt when re-tiling could repair the failed merge.
+        ``vectorized``: whether stock's attempt vectorized each kernel (the
+        proxies are stock's, or first_attempt.py's with stock's record)."""
         depth = node.outer_loop_fusion_depth
         if len(proxies) != len(node.get_outer_nodes()):
             return None  # stock attempt did not reach the loop-level check
         if not _same_outer_loops(proxies, depth, ("var", "size", "offset")):
             log_retile(node, "not attempted: outer loop ranges differ")
             return None
-        retile = cls(node, [is_vectorized(p) for p in proxies])
+        retile = cls(node, vectorized)
         return None if retile.refused_before_codegen(proxies) else retile
 
     def refused_before_codegen(self, stock_proxies: Sequence[CppKernelProxy]) -> bool:

@@ -36,7 +36,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ..costs import balances_over_threads
-from .retile import OuterLoopRetile, is_vectorized, log_retile, size_hint
+from .retile import OuterLoopRetile, log_retile, size_hint
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -51,20 +51,21 @@ class ShallowerFusion(OuterLoopRetile):
 
 
 def shallower_attempts(
-    node: OuterLoopFusedSchedulerNode, stock_proxies: Sequence[CppKernelProxy]
+    node: OuterLoopFusedSchedulerNode,
+    stock_proxies: Sequence[CppKernelProxy],
+    vectorized: list[bool],
 ) -> Iterator[tuple[OuterLoopFusedSchedulerNode, ShallowerFusion]]:
     """The node at each shallower depth worth trying, with its attempt.
 
-    ``stock_proxies`` are the kernels of stock's failed attempt at the
-    scheduler's depth: their vectorization is what the vector-work guard
-    compares against.
+    ``stock_proxies`` are the kernels of the failed attempt at the
+    scheduler's depth, and ``vectorized`` says which of them stock's
+    attempt vectorized: what the vector-work guard compares against.
     """
     from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
 
     members = list(node.get_outer_nodes())
     if len(stock_proxies) != len(members):
         return  # stock's attempt stopped before its loop-level check
-    vectorized = [is_vectorized(proxy) for proxy in stock_proxies]
     if not OuterLoopRetile(node, vectorized).keeps_parallelism(stock_proxies):
         # The inner loops are better parallelized at the scheduler's depth;
         # a shallower one only adds those loops' work below the fused loop.
