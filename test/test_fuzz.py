@@ -790,6 +790,8 @@ FEATURE_SEEDS = [
     ("0019-any-stride-divides", "view(47, 65)"),
     # two depth-2 outer-loop fusions whose outer loops differ after re-tiling
     ("0002-differing-outer-levels-merged", "v4 = v2.view(2, 3, 16)"),
+    # the same, through the first attempt: stock's kernels, stock's check
+    ("0002-first-attempt-stock-check-skipped", "v4 = v2.view(2, 3, 16)"),
     pytest.param(
         "0015-template-members-merged",
         "score_mod=score_mod), x4 * x3",

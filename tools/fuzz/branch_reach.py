@@ -219,6 +219,18 @@ _ONE_PROXY = (
     "stock's failed attempt with fewer kernels than members: it builds one "
     "per member before it can fail, and FailedMerge passes them all"
 )
+_SHORT_MEMBER = (
+    "a member with fewer loops than its node's fusion depth (for 0018, than a "
+    "shallower depth): a fusion's depth is at most the loops of the members "
+    "it compares, and nothing after shortens a member below it: "
+    "merge_loops_to_fuse leaves outer-loop fusions alone, 0005's reindexing "
+    "is applied inside can_fuse (refused, it rolls back; accepted, the pair "
+    "becomes a node at the backend's depth), 0003's split adds loops, "
+    "reorders permute them, merge_loops_consistently sets the depth every "
+    "merged member shares or restores its snapshot, and 0019's merges keep "
+    "the statistics' first depth loops, or leave a leaf that body_accesses "
+    "refuses, a score of 0 and a restore"
+)
 _INTEGER_INDEX = (
     "a coefficient that is not an integer: Inductor's indices are integer "
     "polynomials whose divisions are FloorDiv and ModularIndexing"
@@ -332,6 +344,18 @@ UNREACHED_REASONS: dict[str, str] = {
     "if len(proxies) != len(node.get_outer_nodes()): -> return None*": _ONE_PROXY,
     "*shallower.py::shallower_attempts: if len(stock_proxies) != len(members): "
     "-> return*": _ONE_PROXY,
+    "*retile.py::_same_outer_loops: if any(lv is None for lv in levels): "
+    "-> return False*": _SHORT_MEMBER,
+    "*shallower.py::shallower_attempts: "
+    "if not attempt.refused_before_codegen(stock_proxies): -> for depth*": (
+        _SHORT_MEMBER
+    ),
+    "*loop_ordering.py::merge_loops_below: if len(iter_vars) < depth: "
+    "-> return*": _SHORT_MEMBER,
+    "*first_attempt.py::StockTiling.stock_levels: "
+    "if not loops or len(loops) < depth: -> return None*": _SHORT_MEMBER,
+    "*first_attempt.py::FirstAttempt.stock_fails: "
+    "if any(lv is None for lv in levels): -> return False*": _SHORT_MEMBER,
     "*invariant_loads.py::memory_of_buffer: if V.graph.scheduler: -> inplaced*": (
         "a C++ kernel generated outside the scheduler: only the GEMM "
         "templates' autotuning does, under max_autotune, which no fuzzed "

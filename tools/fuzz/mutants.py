@@ -86,6 +86,7 @@ STREAM = _F + "emitters/streaming_stores.py"
 HELPERS = _F + "emitters/kernel_helpers.py"
 PREFETCH = _F + "emitters/prefetch.py"
 SHALLOW = _F + "outer_loop/shallower.py"
+FIRST_ATTEMPT = _F + "outer_loop/first_attempt.py"
 TILES = _F + "scheduling/block_tiles.py"
 PREPEND = _F + "scheduling/block_prepend.py"
 SOFTMAX = _F + "lowering/softmax_reciprocal.py"
@@ -169,6 +170,16 @@ ALL_MUTANTS = (
         "inner = [i for i in indices if i >= self.min_level - 1]",
         "bound",
         also=(('("var", "size", "offset", "steps")', '("var", "size", "offset")'),),
+    ),
+    # 0002's first attempt: stock's kernels merged without stock's check
+    Mutant(
+        "0002",
+        "first-attempt-stock-check-skipped",
+        FIRST_ATTEMPT,
+        "            return self.node.check_outer_fusion_loop_level_attr("
+        "proxies, self.depth)",
+        "            return True",
+        "check",
     ),
     # 0003 split
     Mutant(
