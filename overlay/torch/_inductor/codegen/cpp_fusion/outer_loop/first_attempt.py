@@ -92,6 +92,18 @@ class _StockIndices(TilingSelect):
         return self.stock_indices
 
 
+class _GivenIndices(TilingSelect):
+    """Stock's selection from indices its heuristic already picked (the
+    indices take a trace of every loop body to find)."""
+
+    def __init__(self, indices: list[int]) -> None:
+        super().__init__()
+        self.indices = indices
+
+    def _select_tiling_indices(self, fn_list, var_sizes_list, tiling_factor):
+        return list(self.indices)
+
+
 class RecordingTilingSelect(InnerLevelTilingSelect, _StockIndices):
     """One member's selection in the first attempt (see the module's text)."""
 
@@ -114,7 +126,10 @@ class RecordingTilingSelect(InnerLevelTilingSelect, _StockIndices):
             return restricted
         # select_tiling's later heuristics depend on the indices: stock's
         # outcome is known only by selecting again from stock's
-        stock = TilingSelect().select_tiling(fn_list, var_sizes_list)
+        assert self.stock_indices is not None
+        stock = _GivenIndices(self.stock_indices).select_tiling(
+            fn_list, var_sizes_list
+        )
         record.factors, record.indices = map(tuple, stock[:2])
         record.restricted = self.attempt.stock_fails()
         return restricted if record.restricted else stock
