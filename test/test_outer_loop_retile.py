@@ -549,15 +549,19 @@ def _two_small_linears():
     return lambda x: first(x) + second(x), (torch.randn(10),)
 
 
+def _calls_of(monkeypatch, cls, name: str) -> list:
+    """The arguments of every call of ``cls.name`` from here on."""
+    calls: list = []
+    monkeypatch.setattr(cls, name, recording(getattr(cls, name), calls))
+    return calls
+
+
 @pytest.fixture
 def retile_attempts(monkeypatch):
     """The re-tiling attempts that generated their kernels (one entry per kernel)."""
     from torch._inductor.codegen.cpp_fusion.outer_loop.retile import OuterLoopRetile
 
-    prepared: list = []
-    real = OuterLoopRetile.prepare
-    monkeypatch.setattr(OuterLoopRetile, "prepare", recording(real, prepared))
-    return prepared
+    return _calls_of(monkeypatch, OuterLoopRetile, "prepare")
 
 
 @pytest.fixture
@@ -565,10 +569,7 @@ def generated_kernels(monkeypatch):
     """Every member kernel generated (one entry per CppKernelProxy.codegen_nodes)."""
     from torch._inductor.codegen.cpp import CppKernelProxy
 
-    calls: list = []
-    real = CppKernelProxy.codegen_nodes
-    monkeypatch.setattr(CppKernelProxy, "codegen_nodes", recording(real, calls))
-    return calls
+    return _calls_of(monkeypatch, CppKernelProxy, "codegen_nodes")
 
 
 @pytest.fixture
@@ -648,6 +649,21 @@ def _first_attempt_against_stocks(fn, args, generated_kernels, stock_first_attem
     return first, first_kernels, stock, len(generated_kernels)
 
 
+def _one_nest_as_after_stocks_attempt(
+    fn, args, generated_kernels, stock_first_attempt, *, retiled: int
+):
+    """Both compiles make one nest, re-tiled or not alike, from as many
+    kernels and the same code (aliases resolved)."""
+    first, kernels, stock, stock_kernels = _first_attempt_against_stocks(
+        fn, args, generated_kernels, stock_first_attempt
+    )
+    assert first.nests == stock.nests == [1]
+    assert first.retiled == stock.retiled == retiled
+    assert kernels == stock_kernels
+    assert _without_aliases(first.code) == _without_aliases(stock.code)
+    return first, stock
+
+
 @requires_vectors  # stock's attempt fails on the mean kernel's vector tiling
 def test_a_retiled_layernorm_generates_each_member_once(
     generated_kernels, stock_first_attempt
@@ -672,12 +688,9 @@ def test_kernels_that_merge_with_stocks_tiling_keep_it(
         return F.layer_norm(x.permute(0, 2, 3, 1), (64,))
 
     args = (torch.randn(2, 64, 16, 16),)
-    first, kernels, stock, stock_kernels = _first_attempt_against_stocks(
-        fn, args, generated_kernels, stock_first_attempt
+    first, stock = _one_nest_as_after_stocks_attempt(
+        fn, args, generated_kernels, stock_first_attempt, retiled=0
     )
-    assert first.nests == stock.nests == [1]
-    assert first.retiled == stock.retiled == 0
-    assert kernels == stock_kernels
     assert run_independent(first.code) == run_independent(stock.code)
 
 
@@ -696,13 +709,9 @@ def test_a_member_that_took_stocks_tiling_first_leaves_the_retile_to_the_fallbac
         return r, t * r
 
     args = (torch.randn(256, 512), torch.randn(256))
-    first, kernels, stock, stock_kernels = _first_attempt_against_stocks(
-        fn, args, generated_kernels, stock_first_attempt
+    _one_nest_as_after_stocks_attempt(
+        fn, args, generated_kernels, stock_first_attempt, retiled=1
     )
-    assert first.nests == stock.nests == [1]
-    assert first.retiled == stock.retiled == 1
-    assert kernels == stock_kernels
-    assert _without_aliases(first.code) == _without_aliases(stock.code)
 
 
 # --- the code guard: a merged body fetched for a few vectors ----------------
