@@ -47,12 +47,11 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass
 class StockTiling:
-    """One member's record: stock's tiling, and which tiling its kernel got.
-    ``selected`` stays False for a kernel that selects no tiling (no vector
-    ISA, no loops): scalar either way."""
+    """One member's record: stock's tiling, and which tiling its kernel got
+    (none for a kernel that selects no tiling, no vector ISA or no loops:
+    scalar either way)."""
 
     proxy: CppKernelProxy
-    selected: bool = False
     changed: bool = False  # the re-tile's selection differs from stock's
     restricted: bool = False  # ... and the kernel got the re-tile's
     factors: tuple[int, ...] = ()
@@ -120,7 +119,6 @@ class RecordingTilingSelect(InnerLevelTilingSelect, _StockIndices):
     def select_tiling(self, fn_list, var_sizes_list):
         restricted = super().select_tiling(fn_list, var_sizes_list)
         record = self.record
-        record.selected = True
         if not record.changed:
             record.factors, record.indices = map(tuple, restricted[:2])
             return restricted
