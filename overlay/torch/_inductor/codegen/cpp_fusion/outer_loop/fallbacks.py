@@ -20,7 +20,8 @@ Regroup    all members but the last fused, then   regroup.py
 =========  =====================================  ============================
 
 ``FailedMerge`` owns the failed-merge path: ``codegen_outer_loop_node``
-hands it the node, the kernels of stock's attempt, its merge, the kernel
+hands it the node, the kernels of the failed first attempt (stock's, or
+first_attempt.py's), its merge, the kernel
 counters from before the node and the list of fallbacks, and calls ``run``
 once.  ``run`` is the one loop that runs them.  Before each attempt it
 restores the kernel counters to their values before the node (the failed
@@ -72,7 +73,9 @@ class FailedMerge:
 
     scheduling: CppScheduling
     node: OuterLoopFusedSchedulerNode
-    stock_proxies: list[CppKernelProxy]  # the kernels of stock's attempt
+    # the kernels of the failed first attempt: stock's, or first_attempt.py's
+    # (their loop ranges are stock's; stock's vectorization: stock_vectorized)
+    stock_proxies: list[CppKernelProxy]
     # codegen_outer_loop_node's merge attempt: (node, retile or None) -> merged
     merge: Callable[[OuterLoopFusedSchedulerNode, OuterLoopRetile | None], bool]
     # metrics.generated_cpp_vec_kernel_count and generated_kernel_count
