@@ -549,11 +549,10 @@ def _two_small_linears():
     return lambda x: first(x) + second(x), (torch.randn(10),)
 
 
-def _calls_of(monkeypatch, cls, name: str) -> list:
-    """The arguments of every call of ``cls.name`` from here on."""
+def _recorder(cls, name: str) -> tuple:
+    """``cls.name`` wrapped to record its calls' arguments, and that record."""
     calls: list = []
-    monkeypatch.setattr(cls, name, recording(getattr(cls, name), calls))
-    return calls
+    return recording(getattr(cls, name), calls), calls
 
 
 @pytest.fixture
@@ -561,7 +560,9 @@ def retile_attempts(monkeypatch):
     """The re-tiling attempts that generated their kernels (one entry per kernel)."""
     from torch._inductor.codegen.cpp_fusion.outer_loop.retile import OuterLoopRetile
 
-    return _calls_of(monkeypatch, OuterLoopRetile, "prepare")
+    prepare, calls = _recorder(OuterLoopRetile, "prepare")
+    monkeypatch.setattr(OuterLoopRetile, "prepare", prepare)
+    return calls
 
 
 @pytest.fixture
@@ -569,7 +570,9 @@ def generated_kernels(monkeypatch):
     """Every member kernel generated (one entry per CppKernelProxy.codegen_nodes)."""
     from torch._inductor.codegen.cpp import CppKernelProxy
 
-    return _calls_of(monkeypatch, CppKernelProxy, "codegen_nodes")
+    codegen_nodes, calls = _recorder(CppKernelProxy, "codegen_nodes")
+    monkeypatch.setattr(CppKernelProxy, "codegen_nodes", codegen_nodes)
+    return calls
 
 
 @pytest.fixture
