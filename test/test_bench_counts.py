@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tools import bench_counts
 from fusion_overlay.flags import ENV_VARS
 
@@ -18,6 +20,7 @@ def test_stock_turns_every_flag_off_and_patched_takes_the_defaults(
     assert stock["OMP_NUM_THREADS"] == patched["OMP_NUM_THREADS"] == "1"
 
 
+@pytest.mark.slow  # two compiles, each in a fresh process: make test-slow
 def test_each_variant_compiles_in_its_own_process(tmp_path):
     base = {"ATEN_CPU_CAPABILITY": "avx2"}  # as under valgrind; no valgrind needed
     stock = bench_counts.generated_code(

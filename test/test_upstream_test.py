@@ -240,6 +240,7 @@ def test_end_to_end_on_a_fake_checkout(tmp_path):
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # four sharded runs of the fake checkout: make test-slow
 @needs_venvs
 def test_shards_merge_into_the_unsharded_report(tmp_path):
     src = fake_checkout(tmp_path)
@@ -277,6 +278,7 @@ def test_shards_merge_into_the_unsharded_report(tmp_path):
     assert twice.returncode == 2 and "shard 1/2 given twice" in twice.stderr
 
 
+@pytest.mark.slow  # three runs of the fake checkout: make test-slow
 @needs_venvs
 def test_one_side_runs_merge_with_the_other_sides_runs(tmp_path):
     """Stock whole, patched in shards (a long patched run split after the

@@ -84,6 +84,20 @@ def absolute_module(
 
 def call_sites(inductor_dir: Path) -> dict[str, set[str]]:
     """{module under the package ('outer_loop.retile'): {'cpp.py: Class.method'}}."""
+    # walking the upstream files' trees takes seconds: once per version of them
+    files = sorted({*UPSTREAM, *NEUTRAL, "codegen/cpp.py"})
+    stats = tuple((rel, *_stat(inductor_dir / rel)) for rel in files)
+    cached = _call_sites(inductor_dir, stats)
+    return {module: set(called) for module, called in cached.items()}
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size
+
+
+@functools.lru_cache(maxsize=4)
+def _call_sites(inductor_dir: Path, stats: tuple) -> dict[str, set[str]]:
     sites: dict[str, set[str]] = {}
     for rel in UPSTREAM:
         importer = "torch._inductor." + rel.removesuffix(".py").replace("/", ".")
