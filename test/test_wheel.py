@@ -251,7 +251,12 @@ def test_official_wheel_installs_with_pip_and_compiles_the_seed_to_one_nest(
     tmp_path, official_wheel
 ):
     built = build(official_wheel, tmp_path / "out")
-    assert built.path.name.startswith(f"torch-{VERSION}-")
+    # the official wheel's labels are kept: "+cpu" in a CPU wheel's name, a
+    # CUDA wheel's "+cu130" in its version.py only
+    named = official_wheel.name.split("-")[1]
+    assert built.path.name.startswith(f"torch-{wheel.overlay_version(named, LABEL)}-")
+    version = wheel.overlay_version(wheel.torch_version_of(official_wheel), LABEL)
+    assert wheel.torch_version_of(built.path) == version
     assert wheel.check_record(built.path) == []
 
     venv = tmp_path / "venv"
@@ -263,7 +268,7 @@ def test_official_wheel_installs_with_pip_and_compiles_the_seed_to_one_nest(
     assert str(venv) in verify.stdout
 
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    smoke = run([python, "-c", SMOKE.format(version=VERSION)], cwd=REPO_ROOT, env=env)
+    smoke = run([python, "-c", SMOKE.format(version=version)], cwd=REPO_ROOT, env=env)
     assert "nests [1]\n" in smoke.stdout
     check_dockerfile(built.path, python)
 

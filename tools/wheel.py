@@ -134,6 +134,15 @@ def metadata_field(metadata: str, name: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
+def torch_version_of(path: Path) -> str:
+    """torch.__version__ as the wheel at ``path`` sets it in torch/version.py."""
+    with zipfile.ZipFile(path) as zf:
+        found = _VERSION_PY.search(zf.read("torch/version.py").decode())
+    if found is None:
+        raise WheelError(f"{path.name}: torch/version.py sets no __version__")
+    return found[3]
+
+
 def overlay_version(version: str, label: str) -> str:
     """'2.13.0+cpu' -> '2.13.0+cpu.fusion.14.h1a2b3c4d'; keeps upstream's label."""
     return f"{version}.{label}" if "+" in version else f"{version}+{label}"
