@@ -805,19 +805,24 @@ def _seed_of(marker: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def seeds_pass_without_mutants(tmp_path_factory) -> dict[int, str]:
+def seeds_pass_without_mutants(tmp_path_factory) -> tuple[dict[int, str], Path]:
     """The feature seeds checked against the installed overlay, in one
-    process: each must pass there for its mutant's failure to count."""
+    process: each must pass there for its mutant's failure to count.  Their
+    flags-off results are kept for the mutants' checks (the store)."""
     markers = [p.values[1] if hasattr(p, "values") else p[1] for p in FEATURE_SEEDS]
     seeds = [_seed_of(marker) for marker in markers]
-    statuses = once_per_run(
-        tmp_path_factory,
-        "feature_seed_control",
-        lambda out: mutants.check_seeds(
-            None, seeds, out, log=lambda line: None, one_process=True
-        ),
-    )
-    return {int(seed): status for seed, status in statuses.items()}  # JSON keys
+
+    def control(out: Path) -> dict:
+        store = out / "flags-off"
+        statuses = mutants.check_seeds(
+            None, seeds, out, log=lambda line: None, one_process=True,
+            flags_off_store=store,
+        )  # fmt: skip
+        return {"statuses": statuses, "store": str(store)}
+
+    done = once_per_run(tmp_path_factory, "feature_seed_control", control)
+    statuses = {int(seed): status for seed, status in done["statuses"].items()}
+    return statuses, Path(done["store"])  # JSON keys are strings
 
 
 @pytest.mark.parametrize("ident, marker", FEATURE_SEEDS)
@@ -844,8 +849,10 @@ def test_a_feature_seed_kills_its_mutant(
     feature, checked directly."""
     seed = _seed_of(marker)
     mutant = next(m for m in mutants.MUTANTS if m.ident == ident)
-    assert seeds_pass_without_mutants[seed] == "ok"
-    quiet = dict(log=lambda line: None)
+    statuses, store = seeds_pass_without_mutants
+    assert statuses[seed] == "ok"
+    assert any(store.iterdir())  # the mutant compiles with its flags on only
+    quiet = dict(log=lambda line: None, flags_off_store=store)
     assert mutants.check_seeds(mutant, [seed], tmp_path, **quiet) == {seed: "ours"}
 
 

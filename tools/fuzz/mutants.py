@@ -1499,12 +1499,16 @@ def check_seeds(
     out: Path,
     log=print,
     one_process: bool = False,
+    flags_off_store: Path | None = None,
 ) -> dict[int, str]:
     """Check seed programs (indices into ``corpus.CORPUS``) directly against
     ``mutant`` (None: the installed overlay), each in its own process so
     that a crash in generated code is that seed's outcome: "ours" kills.
     ``one_process``: all seeds in one process (a crash is then every
-    unchecked seed's outcome), for a control that must pass anyway."""
+    unchecked seed's outcome), for a control that must pass anyway.
+    ``flags_off_store``: the flags-off results kept there by the control's
+    check (``check.FLAGS_OFF_STORE_ENV``), as ``run_mutants`` keeps them: a
+    mutant then compiles only with its flags on."""
     work = out / "seeds" / (mutant.ident if mutant else "control")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -1513,6 +1517,8 @@ def check_seeds(
         if mutant
         else {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     )
+    if flags_off_store is not None:
+        env["FUZZ_FLAGS_OFF_STORE"] = str(flags_off_store)  # check.FLAGS_OFF_STORE_ENV
     statuses: dict[int, str] = {}
     for group in [seeds] if one_process else [[seed] for seed in seeds]:
         code = (
