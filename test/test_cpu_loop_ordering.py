@@ -350,3 +350,31 @@ def test_an_outer_loop_fusion_keeps_its_depth_when_a_partner_asks_a_merge(monkey
     )
     assert seen, "no outer-loop fusion"
     assert all(depth <= loops for depth, loops in seen), seen
+
+
+def test_reorder_rounds_stop_at_their_cap(monkeypatch):
+    # softmax over dim 0 of a scaled input: upstream's one reorder round
+    # fuses part of it, a second round the rest, into one nest.  With the
+    # cap at upstream's one round the chain stops where upstream's does.
+    def program(x, scale):
+        return torch.softmax(x * scale, 0)
+
+    args = (torch.randn(64, 48), torch.tensor([1.3]))
+    fused_by_reorder = []  # node counts before and after each reorder round
+    fuse_nodes_once = Scheduler.fuse_nodes_once
+
+    def counted(self, nodes, is_reorder_round=False):
+        after = fuse_nodes_once(self, nodes, is_reorder_round=is_reorder_round)
+        if is_reorder_round:
+            fused_by_reorder.append((len(nodes), len(after)))
+        return after
+
+    monkeypatch.setattr(Scheduler, "fuse_nodes_once", counted)
+    repeated = compile_and_inspect(program, args, extra_config=SHIPPED_ONE_LEVEL)
+    assert repeated.nests == [1]
+    assert len([1 for before, after in fused_by_reorder if after < before]) == 2
+    monkeypatch.setattr(cpp_loop_ordering, "MAX_REORDER_ROUNDS", 1)
+    fused_by_reorder.clear()
+    capped = compile_and_inspect(program, args, extra_config=SHIPPED_ONE_LEVEL)
+    assert len(fused_by_reorder) == 1  # upstream's round alone
+    assert capped.nests == [3]

@@ -279,11 +279,19 @@ _LARGE_BODY = (
     "nodes of a few dozen; TorchBench's turbulent_kinetic_energy takes it "
     "(make bench-pyhpc), and test_outer_loop_retile.py with a small cache"
 )
+_MANY_ROUNDS = (
+    "reorder rounds that each fuse until the cap: nine rounds after "
+    "upstream's, each fusing a pair that only the round before made possible, "
+    "where the ci campaign's programs need one at most; "
+    "test_cpu_loop_ordering.py takes it with the cap at upstream's one round"
+)
 UNREACHED_REASONS: dict[str, str] = {
     "*retile.py::OuterLoopRetile.accepts: if self.refetches_code(proxies): "
     "-> return False": _LARGE_BODY,
     "*retile.py::OuterLoopRetile.refetches_code: if refetches_code(sum(ops), "
     "mean): -> log_retile(*": _LARGE_BODY,
+    "*loop_ordering.py::more_reorder_rounds: for _ in range(MAX_REORDER_ROUNDS "
+    "- 1): -> return nodes": _MANY_ROUNDS,
     f"{_CODEGEN}/costs.py::_sysfs_caches: *": _SYSFS,
     f"{_CODEGEN}/costs.py::last_level_cache_bytes: *": (
         "make test's campaign pins the last-level cache at 32 MiB "
