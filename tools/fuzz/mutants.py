@@ -1231,8 +1231,9 @@ ALL_MUTANTS = (
     # until merge_loops_consistently sets it again; no program yet shows a
     # decision taken in between go wrong, and it is not argued.  Its seed
     # compiles to one nest with it against two without, and agrees; so do
-    # 24 variants (the seed's statistics with 6 other partners and
-    # consumers, 0003's split on and off, default and seed configs).
+    # 23 variants (the seed's program and 5 with other partners and
+    # consumers of its statistics, each with 0003's split on and off, in the
+    # default and seed configs).
     Mutant(
         "0003",
         "split-applied-when-ranked",
