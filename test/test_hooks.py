@@ -149,3 +149,25 @@ def test_a_private_upstream_name_without_a_reason_fails_the_page():
     }
     with pytest.raises(ValueError, match="_Unlisted"):
         hooks.private_rows(overlay)
+
+
+def test_call_sites_follow_an_edit_of_an_upstream_file(tmp_path):
+    # call_sites keeps its answer per version of the files it walks: an
+    # edited file is walked again, even within the same second
+    import os
+    import shutil
+
+    for rel in {*hooks.UPSTREAM, *hooks.NEUTRAL}:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(INDUCTOR / rel, tmp_path / rel)
+    site = "lowering.py: _a_new_caller"
+    assert site not in hooks.call_sites(tmp_path)["costs"]
+    lowering = tmp_path / "lowering.py"
+    mtime = lowering.stat().st_mtime_ns
+    with lowering.open("a") as f:
+        f.write(
+            "\n\ndef _a_new_caller():\n"
+            "    from .codegen.cpp_fusion import costs\n\n    return costs\n"
+        )
+    os.utime(lowering, ns=(mtime, mtime))  # the size alone tells the edit
+    assert site in hooks.call_sites(tmp_path)["costs"]
