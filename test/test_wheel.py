@@ -253,8 +253,9 @@ def test_official_wheel_installs_with_pip_and_compiles_the_seed_to_one_nest(
     built = build(official_wheel, tmp_path / "out")
     # the official wheel's labels are kept: "+cpu" in a CPU wheel's name, a
     # CUDA wheel's "+cu130" in its version.py only
-    named = official_wheel.name.split("-")[1]
-    assert built.path.name.startswith(f"torch-{wheel.overlay_version(named, LABEL)}-")
+    source = wheel.inspect_source(official_wheel)
+    assert built.version == wheel.overlay_version(source.version, LABEL)
+    assert built.path.name.startswith(f"torch-{built.version}-")
     version = wheel.overlay_version(wheel.torch_version_of(official_wheel), LABEL)
     assert wheel.torch_version_of(built.path) == version
     assert wheel.check_record(built.path) == []
